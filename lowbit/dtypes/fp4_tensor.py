@@ -114,10 +114,12 @@ class FP4Tensor(LowbitTensor):
         return s.transpose(-2, -1) if self._transposed else s
 
     def dequantize(self, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-        """``fp32(fp32(e2m1 * block_scale) * global_scale)`` (the first product is exact)."""
-        vals = E2M1.decode(unpack_fp4(self._qdata))
-        s = expand_scale(self._scale.to(torch.float32), vals.shape, self._block)
-        out = (vals * s) * self._global_scale
+        """``fp32(fp32(e2m1 * block_scale) * global_scale)`` (the first product is exact; all of it
+        is exact with ``dtype=float64``)."""
+        work = torch.float64 if dtype == torch.float64 else torch.float32
+        vals = E2M1.decode(unpack_fp4(self._qdata)).to(work)
+        s = expand_scale(self._scale.to(work), vals.shape, self._block)
+        out = (vals * s) * self._global_scale.to(work)
         out = out.t() if self._transposed else out
         return out.to(dtype or self._orig_dtype)
 

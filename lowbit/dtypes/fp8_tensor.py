@@ -80,7 +80,7 @@ class FP8Tensor(LowbitTensor):
         return self._scale.to(torch.float32)
 
     def dequantize(self, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-        """``fp32(data * expand(scale))`` in ``dtype`` (default: the original dtype)."""
+        """``fp32(data * expand(scale))`` in ``dtype`` (default: the original dtype; exact for float64)."""
         s = expand_scale(self.scale_fp32(), self._data.shape, self._block)
         return dequantize(self._data, self.fmt, s, dtype or self._orig_dtype)
 

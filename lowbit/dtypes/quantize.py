@@ -13,7 +13,8 @@
 
 Result: a float8 tensor for E4M3/E5M2, unpacked uint8 codes for E2M1 (``pack_fp4`` packs them).
 E2M1 has no NaN code: a NaN element gets code 0 and the caller carries the NaN in the block
-scale (``FP4Tensor`` does). ``dequantize(q, fmt, scale) = fp32(decode(q) * scale)``.
+scale (``FP4Tensor`` does). ``dequantize(q, fmt, scale) = fp32(decode(q) * scale)`` (exact in
+float64 when asked for float64).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def check_float_input(x, what: str = "input") -> None:
     """TypeError naming the dtype unless x is a floating-point tensor."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{what} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.dtype.is_floating_point or x.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):  # also no float8/float4
         raise TypeError(f"{what} must be a float16/bfloat16/float32/float64 tensor, got dtype {x.dtype}")
 
 
@@ -102,10 +103,12 @@ def _decode(q: torch.Tensor, fmt: Format) -> torch.Tensor:
 
 
 def dequantize(q: torch.Tensor, fmt, scale, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """``fp32(decode(q) * scale)`` cast to ``dtype``."""
+    """``fp32(decode(q) * scale)`` cast to ``dtype``; with ``dtype=float64`` the product is exact
+    (an FP8/FP4 value times an fp32 scale has at most 28 significant bits)."""
     fmt = get_format(fmt)
-    scale = torch.as_tensor(scale, dtype=torch.float32, device=q.device)
-    return (_decode(q, fmt) * scale).to(dtype)
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    scale = torch.as_tensor(scale, device=q.device).to(work)
+    return (_decode(q, fmt).to(work) * scale).to(dtype)
 
 
 def pack_fp4(codes: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,8 @@ any device). Importing this package also routes mm/addmm of FP8Tensor/FP4Tensor 
 from .registry import BACKENDS, Backend, BackendRegistry
 from .emulation import TORCH_BACKEND, emulated_scaled_mm
 from .dispatch import scaled_mm
+from .cast import quantize_fp4, quantize_fp8, quantize_fp8_t
 
 BACKENDS.register(TORCH_BACKEND)
 
-__all__ = ["scaled_mm", "BACKENDS", "Backend", "BackendRegistry", "emulated_scaled_mm"]
+__all__ = ["scaled_mm", "quantize_fp8", "quantize_fp8_t", "quantize_fp4", "BACKENDS", "Backend", "BackendRegistry", "emulated_scaled_mm"]

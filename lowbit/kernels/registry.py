@@ -1,7 +1,9 @@
 """Backend registry for scaled GEMMs: an explicit registry object, no hidden global switch.
 
 A backend has a ``name``, ``supports(a, b, out_dtype, bias) -> None | str`` (None: it can run this
-call; a string: why not) and ``scaled_mm(a, b, out_dtype, bias)``. ``select`` picks, for
+call; a string: why not) and ``scaled_mm(a, b, out_dtype, bias)``, and optionally fused casts
+(``quantize_fp8``, ``quantize_fp8_t``, ``quantize_fp4``, same signatures as ``lowbit.kernels.cast``,
+returning None to decline). ``select`` picks, for
 ``"auto"``, the registered backend of highest priority that supports the call; the ``"torch"``
 emulation supports everything, so it is the fallback. When a preferred backend declines a call on
 its own device (a shape it can't take, an old GPU), ``select`` warns once per reason and falls back.
@@ -22,6 +24,10 @@ class Backend:
     supports: Callable = lambda a, b, out_dtype, bias: None  # noqa: E731
     priority: int = 0  # higher wins under "auto"
     devices: tuple = ("cpu", "cuda")  # device types the backend can serve at all
+    # optional fused casts (lowbit.kernels.cast); each returns None to decline a call
+    quantize_fp8: Callable = None
+    quantize_fp8_t: Callable = None
+    quantize_fp4: Callable = None
 
 
 @dataclass
