@@ -1,0 +1,83 @@
+"""Shared helpers for the GPU benchmark scripts: environment record, timing, tables, JSON.
+
+Every script: ``python benchmarks/<name>.py --out DIR``; it checks correctness first, times with
+``triton.testing.do_bench`` (median, rotating inputs where the cache would flatter), prints a
+table last and writes ``DIR/<name>.json``. A failing variant is recorded with its error and the
+script goes on.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import traceback
+
+
+def env_info() -> dict:
+    import torch
+    info = {"date": datetime.date.today().isoformat(), "torch": torch.__version__,
+            "python": platform.python_version()}
+    try:
+        import triton
+        info["triton"] = triton.__version__
+    except Exception as e:  # pragma: no cover - depends on the machine
+        info["triton"] = f"unavailable ({e})"
+    try:
+        import torchao
+        info["torchao"] = torchao.__version__
+    except Exception:
+        info["torchao"] = None
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+        info["capability"] = ".".join(map(str, torch.cuda.get_device_capability()))
+    else:
+        info["gpu"] = None
+    return info
+
+
+def parse_args(description: str, extra=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON results")
+    p.add_argument("--quick", action="store_true", help="fewer shapes / repetitions")
+    if extra:
+        extra(p)
+    return p.parse_args()
+
+
+def bench_ms(fn, warmup: int = 25, rep: int = 100) -> float:
+    """Median time in ms of ``fn()`` (CUDA events through triton's do_bench)."""
+    from triton.testing import do_bench
+    return float(do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+
+
+def guarded(rows: list, name: str, fn):
+    """Run ``fn()``; on error append a row naming the failure and continue."""
+    try:
+        return fn()
+    except Exception as e:  # a benchmark variant failing must not stop the others
+        traceback.print_exc()
+        rows.append({"variant": name, "error": f"{type(e).__name__}: {e}"[:300]})
+        return None
+
+
+def print_table(rows: list, cols: list) -> None:
+    """Plain aligned table of dict rows (missing keys print as '-')."""
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+        return "-" if v is None else str(v)
+    cells = [[fmt(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(x[i]) for x in cells)) if cells else len(c) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
+    for x in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(x, widths)))
+
+
+def write_json(out_dir: str, name: str, payload: dict) -> str:
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"{name}.json")
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=1, default=str)
+    return path
