@@ -157,7 +157,7 @@ class Format:
         return self._table.to(codes.device)[idx].to(torch.float32)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """Exactly representable values -> uint8 codes (``-0`` keeps its sign, NaN -> ``nan_code``).
+        """Exactly representable values -> uint8 codes (int64 for FP16/BF16; ``-0`` keeps its sign, NaN -> ``nan_code``).
 
         Raises ValueError for a value the format does not hold (round first with ``quantize``).
         """
@@ -184,7 +184,7 @@ class Format:
         if not bool(ok.all()):
             bad = xd[~ok].flatten()[:4].tolist()
             raise ValueError(f"{self.name}.encode: values not representable exactly, e.g. {bad}")
-        return out.to(torch.uint8)
+        return out.to(torch.uint8 if self.nbits <= 8 else torch.int64)  # 16-bit codes don't fit uint8
 
     def __str__(self) -> str:
         return self.name
