@@ -1,0 +1,115 @@
+"""Llama-3-8B FFN training step (8192 tokens, 4096 -> 14336 -> 4096 SwiGLU), forward + backward.
+
+bf16 vs lowbit recipes vs torchao float8 (tensorwise, rowwise) when installed, eager and
+torch.compile'd; speedups are against bf16 in the same mode and the same run. Before timing, each
+variant's output and input gradient are compared with the bf16 step (relative Frobenius error).
+
+    python benchmarks/ffn_train.py --out DIR [--quick] [--formats fp8,fp8-block]
+"""
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+from common import bench_ms, env_info, guarded, parse_args, print_table, write_json  # noqa: E402
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d: int, h: int):
+        super().__init__()
+        self.w1 = nn.Linear(d, h, bias=False)
+        self.w3 = nn.Linear(d, h, bias=False)
+        self.w2 = nn.Linear(h, d, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+def make_variant(base: nn.Module, name: str) -> nn.Module:
+    m = copy.deepcopy(base)
+    if name == "bf16":
+        return m
+    if name.startswith("torchao-"):
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        cfg = Float8LinearConfig.from_recipe_name(name.split("-", 1)[1])
+        return convert_to_float8_training(m, config=cfg)
+    import lowbit
+    return lowbit.convert(m, name.split("lowbit-", 1)[1], filter=lambda n, mod: True)
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def main():
+    args = parse_args(__doc__, lambda p: p.add_argument("--formats", default="fp8,fp8-current,fp8-block,fp8-rowwise"))
+    torch.manual_seed(0)
+    tokens, d, h = (2048, 1024, 3584) if args.quick else (8192, 4096, 14336)
+    dev = "cuda"
+    base = SwiGLU(d, h).to(dev, torch.bfloat16)
+    x0 = torch.randn(tokens, d, device=dev, dtype=torch.bfloat16)
+    gy = torch.randn(tokens, d, device=dev, dtype=torch.bfloat16)
+    flops = 3 * 3 * 2 * tokens * d * h  # 3 GEMMs forward, twice that backward
+
+    names = ["bf16"] + [f"lowbit-{f}" for f in args.formats.split(",") if f]
+    try:
+        import torchao  # noqa: F401
+        names += ["torchao-tensorwise", "torchao-rowwise"]
+    except ImportError:
+        print("torchao not installed: its variants are not measured")
+
+    ref = {}
+    rows = []
+    for mode in ("eager", "compiled"):
+        for name in names:
+            row = {"variant": name, "mode": mode}
+
+            def run(name=name, mode=mode, row=row):
+                m = make_variant(base, name)
+                fn = torch.compile(m) if mode == "compiled" else m
+                x = x0.clone().requires_grad_(True)
+
+                def step():
+                    x.grad = None
+                    y = fn(x)
+                    y.backward(gy)
+                    return y
+                t0 = time.time()
+                y = step()
+                torch.cuda.synchronize()
+                row["first_step_s"] = round(time.time() - t0, 1)
+                if name == "bf16" and mode == "eager":
+                    ref["y"], ref["gx"] = y.detach().clone(), x.grad.detach().clone()
+                if ref:
+                    row["rel_err_y"] = rel(y.detach(), ref["y"])
+                    row["rel_err_dx"] = rel(x.grad, ref["gx"])
+                ms = bench_ms(step, warmup=10, rep=50)
+                row["ms"] = ms
+                row["tflops"] = flops / ms * 1e-9
+                rows.append(row)
+            guarded(rows, f"{name} ({mode})", run)
+            torch.cuda.empty_cache()
+        bf = next((r["ms"] for r in rows if r.get("mode") == mode and r.get("variant") == "bf16" and "ms" in r), None)
+        for r in rows:
+            if r.get("mode") == mode and bf and "ms" in r:
+                r["speedup_vs_bf16"] = bf / r["ms"]
+
+    env = env_info()
+    env["shape"] = f"tokens={tokens} d={d} hidden={h} SwiGLU fwd+bwd"
+    write_json(args.out, "ffn_train", {"env": env, "rows": rows})
+    print(env)
+    print_table(rows, ["variant", "mode", "ms", "tflops", "speedup_vs_bf16", "rel_err_y", "rel_err_dx",
+                       "first_step_s", "error"])
+
+
+if __name__ == "__main__":
+    main()
