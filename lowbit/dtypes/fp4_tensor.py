@@ -18,7 +18,7 @@ import torch
 
 from ..scaling.blocks import Block, expand_scale
 from .formats import E2M1
-from .quantize import check_float_input, pack_fp4, quantize, unpack_fp4
+from .quantize import _decode, check_float_input, pack_fp4, quantize, unpack_fp4
 from .subclass import LowbitTensor, OpTable
 
 __all__ = ["FP4Tensor", "FP4_OPS"]
@@ -116,12 +116,13 @@ class FP4Tensor(LowbitTensor):
     def dequantize(self, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
         """``fp32(fp32(e2m1 * block_scale) * global_scale)`` (the first product is exact; all of it
         is exact with ``dtype=float64``)."""
+        dtype = dtype or self._orig_dtype
         work = torch.float64 if dtype == torch.float64 else torch.float32
-        vals = E2M1.decode(unpack_fp4(self._qdata)).to(work)
+        vals = _decode(unpack_fp4(self._qdata), E2M1).to(work)  # table lookup, no host sync
         s = expand_scale(self._scale.to(work), vals.shape, self._block)
         out = (vals * s) * self._global_scale.to(work)
         out = out.t() if self._transposed else out
-        return out.to(dtype or self._orig_dtype)
+        return out.to(dtype)
 
     # ---- subclass protocol --------------------------------------------------------------
     def __tensor_flatten__(self):

@@ -125,4 +125,4 @@ def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
     """Inverse of pack_fp4: (..., n) bytes -> (..., 2n) codes."""
     if packed.dtype != torch.uint8:
         raise TypeError(f"unpack_fp4 takes uint8, got {packed.dtype}")
-    return torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(*packed.shape[:-1], -1)
+    return torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(*packed.shape[:-1], 2 * packed.shape[-1])

@@ -21,6 +21,8 @@ import torch
 
 from ..dtypes.fp4_tensor import FP4Tensor
 from ..dtypes.fp8_tensor import FP8Tensor
+from ..dtypes.formats import E2M1
+from ..dtypes.quantize import _decode, unpack_fp4
 from ..scaling.blocks import expand_scale
 from .registry import Backend
 
@@ -56,9 +58,10 @@ def _exact_dequant(t) -> bool:
 
 def _operand(t) -> torch.Tensor:
     """fp32 operand with block scales applied (exact) but NV tensor scales left out."""
-    if isinstance(t, FP4Tensor):
-        g = t._global_scale
-        return t.dequantize(torch.float32) / g if t.kind == "nv" else t.dequantize(torch.float32)
+    if isinstance(t, FP4Tensor):  # e2m1 * block scale, exact in fp32 (no detour through * g / g)
+        vals = _decode(unpack_fp4(t._qdata), E2M1)
+        out = vals * expand_scale(t._scale.to(torch.float32), vals.shape, t._block)
+        return out.t() if t._transposed else out
     if isinstance(t, FP8Tensor):
         return t.dequantize(torch.float32)
     return t.to(torch.float32)

@@ -131,6 +131,13 @@ class Blockwise(FP8Recipe):
     act: Tuple[int, int] = (1, 128)
     weight: Tuple[int, int] = (128, 128)
 
+    def __post_init__(self):
+        super().__post_init__()
+        for name, v in (("act", self.act), ("weight", self.weight)):
+            if len(tuple(v)) != 2:
+                raise ValueError(f"Blockwise.{name} must be (rows, cols), got {v!r}")
+            Block(*v)  # ValueError unless each size is a positive int or -1
+
     def granularity(self, role):
         return Block(*self.weight) if check_role(role) == "weight" else Block(*self.act)
 

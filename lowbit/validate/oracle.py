@@ -198,7 +198,7 @@ def exact_dot(a: Iterable[Real], b: Iterable[Real]) -> mpmath.mpf:
     acc = libmp.fzero
     for x, y in zip(a, b, strict=True):
         acc = libmp.mpf_add(acc, libmp.mpf_mul(_mpf_exact(x), _mpf_exact(y), 0), 0)
-    return mpmath.mpf(acc)
+    return mpmath.mp.make_mpf(acc)  # not mpmath.mpf(acc): that rounds to the working precision
 
 
 def _mpf_exact(x):
