@@ -14,6 +14,7 @@ table last. ``--quick``: 200 steps (no acceptance verdict).
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -35,9 +36,10 @@ def _extra(p):
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--size", default="50m")
     p.add_argument("--device", default="cuda", help="cpu: a dry run of the script's plumbing (use --size tiny)")
+    p.add_argument("--backend", default="auto", help="lowbit backend for the GPU runs (auto, torch, triton)")
 
 
-def check_formats(formats, rows, device="cuda") -> list:
+def check_formats(formats, rows, device="cuda", backend="auto") -> list:
     """GPU layer vs CPU emulation for each format; returns the formats that passed."""
     import lowbit
     ok = []
@@ -48,8 +50,8 @@ def check_formats(formats, rows, device="cuda") -> list:
             x = torch.randn(512, 768)
             dy = torch.randn(512, 3072) * 1e-2
             outs = {}
-            for dev, backend in ((device, "auto"), ("cpu", "torch")):
-                layer = lowbit.nn.Linear.from_float(nn.Linear(768, 3072).to(dev), _recipe(fmt), backend=backend)
+            for dev, be in ((device, backend), ("cpu", "torch")):
+                layer = lowbit.nn.Linear.from_float(nn.Linear(768, 3072).to(dev), _recipe(fmt), backend=be)
                 with torch.no_grad():
                     layer.weight.copy_(base.weight), layer.bias.copy_(base.bias)
                 xx = x.to(dev).requires_grad_()
@@ -86,19 +88,28 @@ def main():
     steps = 200 if args.quick else args.steps
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     checks = []
-    passed = check_formats(formats, checks, args.device)
+    passed = check_formats(formats, checks, args.device, args.backend)
     print_table(checks, ["variant", "gpu_vs_emulation", "vs_fp32", "ok", "error"])
     t_start = time.time()
     done = []
 
-    def progress(row):
+    os.makedirs(args.out, exist_ok=True)
+    partial = os.path.join(args.out, "demo_gpu_runs.jsonl")
+
+    def progress(row):  # each run is printed and saved as it ends: a time limit loses no finished run
         done.append(row)
         el = time.time() - t_start
         left = (len(formats) + 1 - len(done)) * el / len(done)
-        print(f"[{row['format']}] done after {el:.0f}s; projected remaining {left:.0f}s", flush=True)
+        base = done[0].get("final_loss")
+        gap = 100.0 * (row["final_loss"] - base) / base if row.get("final_loss") and base else None
+        print(f"[{row['format']}] done after {el:.0f}s; final_loss={row.get('final_loss')} val={row.get('val_loss')} "
+              f"gap={gap} tok/s={row.get('tokens_per_s')} error={row.get('error')}; projected remaining {left:.0f}s",
+              flush=True)
+        with open(partial, "a") as f:
+            f.write(json.dumps({**row, "gap_pct": gap, "backend": args.backend, "steps": steps}) + "\n")
 
     cfg = DemoConfig(formats=tuple(passed), size=args.size, steps=steps, batch=args.batch, device=args.device,
-                     baseline="bf16", progress=sys.stderr.isatty())
+                     baseline="bf16", progress=sys.stderr.isatty(), backend=args.backend)
     result = run_demo(cfg, on_result=progress)
     result["env"] = env_info()
     result["checks"] = checks
