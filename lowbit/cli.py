@@ -38,11 +38,59 @@ def _add_formats(sub) -> None:
     p.set_defaults(func=_cmd_formats)
 
 
+def _cmd_demo(args) -> int:
+    from .demo.command import run
+    return run(args)
+
+
+def _add_demo(sub) -> None:
+    from .demo.command import add_arguments
+    p = sub.add_parser("demo", help="train a small byte-level GPT in bf16/fp32 vs low-precision formats, compare")
+    add_arguments(p)
+    p.set_defaults(func=_cmd_demo)
+
+
+def _cmd_audit_fma(args) -> int:
+    from .fma_guard.cli import run_audit_fma
+    return run_audit_fma(args)
+
+
+def _add_audit_fma(audit_sub) -> None:
+    p = audit_sub.add_parser(
+        "fma", help="scan Triton kernels for FMA-contraction hazards (compiled for a GPU target, no GPU needed)",
+        description="Compile a Triton kernel for sm_90 on the CPU and judge its PTX for FMA-contraction hazards "
+                    "(exit 0 clean, 1 hazard found, 2 could not scan).")
+    p.add_argument("kernel", nargs="?", metavar="FILE.py:KERNEL", help="the kernel to scan")
+    p.add_argument("--all", action="store_true", help="scan every kernel lowbit ships (lowbit.kernels SCAN_SPECS)")
+    p.add_argument("--package", default="lowbit.kernels",
+                   help="with --all: the package whose modules' SCAN_SPECS are scanned (default lowbit.kernels)")
+    p.add_argument("--signature", help='argument types: "X=*fp32,Y=*fp32,s=fp32", or positional "*fp32,*fp32,fp32" '
+                                       "for the non-constexpr parameters in order (default: the file's SCAN_SPECS)")
+    p.add_argument("--constexpr", action="append", default=[], metavar="NAME=VALUE",
+                   help="a constexpr value (repeatable), e.g. --constexpr BLOCK=256")
+    p.add_argument("--arch", default="sm_90", help="GPU target (default sm_90)")
+    p.add_argument("--num-warps", type=int, default=4)
+    p.add_argument("--no-fusion", action="store_true",
+                   help="scan the kernel as compiled with enable_fp_fusion=False (what lowbit.fma_guard.guard launches)")
+    p.add_argument("--explain", action="store_true", help="print an exact (mpmath) counterexample per finding")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_audit_fma)
+
+
+def _add_audit(sub) -> None:
+    p = sub.add_parser("audit", help="numerics audits (fma: FMA-contraction hazards in Triton kernels)")
+    audit_sub = p.add_subparsers(dest="audit_command")
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+    _add_audit_fma(audit_sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lowbit", description="numerics-aware low-precision training")
     parser.add_argument("--version", action="version", version=f"lowbit {_version()}")
     sub = parser.add_subparsers(dest="command")
     _add_formats(sub)
+    _add_demo(sub)
+    _add_audit(sub)
     return parser
 
 
