@@ -1,0 +1,339 @@
+"""Launchers of the fused quantize kernels: the ``quantize_*`` hooks of the ``"triton"`` backend.
+
+Each entry point returns exactly what ``lowbit.kernels.cast``'s reference path returns (same
+data and scale bits, shapes and dtypes, same DelayedScalingState update), or None to decline:
+
+* ``quantize_fp8_triton(x, recipe, role, state)``: Delayed (scale from ``state``, amax fused into
+  the cast, then ``state.update(amax)``), Current (amax kernel, then the cast), Rowwise (row amax,
+  then the cast), Blockwise 1x128 / 128x128 and MX with FP8 elements (one pass).
+* ``quantize_fp8_t_triton(x, recipe, role, state)``: ``(q, q_t)`` as ``cast.quantize_fp8_t``:
+  the row-major copy and the contiguous transposed copy written by the same pass (tensorwise: one
+  scale; Rowwise: row and column scales; blocks: each copy with its own block scales).
+* ``quantize_fp4_triton(x, recipe, role, generator, hadamard_signs)``: MX(elem="e2m1") and NV,
+  with the Hadamard transform fused in and stochastic rounding for NV gradients (the uniforms are
+  the reference's own ``torch.rand(x.shape, generator=generator)`` draw, passed to the kernel).
+
+Declined: devices other than CUDA, and CPU unless ``TRITON_INTERPRET=1`` now (read at each call)
+and the kernels were defined under it (``@triton.jit`` decides at definition); dtypes other than
+fp16/bf16/fp32; empty tensors; recipe types other than the built-in ones; blocks that are not
+powers of two up to 128; 2-D blocks on tensors of more than two dims; inputs the reference rejects
+(it then raises its error). FP8 data keeps the memory layout of a 1-D/2-D x (as the reference's
+elementwise ops do); scales, FP4 data and the data of N-D inputs are contiguous.
+
+Launch choices (tiles of ~4096 elements, ~8 per thread; grid-stride programs where an atomic amax
+is reduced) are in ``_tile*`` / ``_opts`` / ``_max_programs``; benchmarks/quantize.py times them.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import os
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ..dtypes.formats import E2M1
+from ..dtypes.fp4_tensor import FP4Tensor
+from ..dtypes.fp8_tensor import FP8Tensor
+from ..scaling.recipes import MX, NV, ROLES, Blockwise, Current, Delayed, Rowwise
+from . import quantize_fp4_kernels as _k4
+from . import quantize_fp8_kernels as _k8
+
+__all__ = ["quantize_fp8_triton", "quantize_fp8_t_triton", "quantize_fp4_triton", "scalar_div_is_reciprocal",
+           "SCAN_SPECS"]
+
+SCAN_SPECS = _k8.SCAN_SPECS + _k4.SCAN_SPECS
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_IN_KIND = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
+
+# ---- launch policy -----------------------------------------------------------------------------
+
+def scalar_div_is_reciprocal(device) -> bool:
+    """Whether torch evaluates ``tensor / python_float`` on ``device`` as ``tensor * fp32(1 / d)``
+    (ATen's CUDA div_true kernel does, for a CPU-scalar divisor; the CPU kernel divides). The
+    reference scales (``amax / fmax``, ``amax / 2688``, ``amax / 6``) are computed that way, so the
+    kernels compute them the same way on the same device."""
+    return torch.device(device).type == "cuda"
+
+
+def _interpreting() -> bool:
+    """TRITON_INTERPRET is set to a true value now (read at each call)."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _interpreted() -> bool:
+    """The kernels, and triton's own jit helpers (``tl.max``), were defined under TRITON_INTERPRET=1:
+    ``@triton.jit`` decides when it runs, so this cannot be switched later."""
+    from triton.runtime.jit import JITFunction
+    return type(_k8._cast_tensor_kernel).__name__ == "InterpretedFunction" and not isinstance(tl.max, JITFunction)
+
+
+def _runnable(x) -> bool:
+    """CUDA; or CPU when TRITON_INTERPRET is set now and the kernels are interpreted ones."""
+    return x.device.type == "cuda" or (x.device.type == "cpu" and _interpreting() and _interpreted())
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu(index: int) -> tuple:
+    """(compute capability, SM count) of a CUDA device."""
+    props = torch.cuda.get_device_properties(index)
+    return (props.major, props.minor), props.multi_processor_count
+
+
+def _hw_cvt(x) -> bool:
+    """The sm_89+ cvt.rn.satfinite float8 cast (exact RNE) on the GPU; the arithmetic elsewhere."""
+    return x.device.type == "cuda" and not _interpreted() and _gpu(x.device.index or 0)[0] >= (8, 9)
+
+
+def _max_programs(x, elems: int) -> int:
+    """Programs of the grid-stride kernels (one atomic each): about 32 resident warps per SM."""
+    if x.device.type == "cuda":
+        return _gpu(x.device.index or 0)[1] * max(1, 32 // _opts(elems)["num_warps"])
+    return 3  # the interpreter: a few programs, so the grid-stride loops run more than once
+
+
+def _accepts(x) -> bool:
+    return (isinstance(x, torch.Tensor) and x.dtype in _DTYPES and x.dim() >= 1 and x.numel() > 0
+            and _runnable(x))
+
+
+def _pow2_block(n: int) -> bool:
+    return 1 <= n <= 128 and n & (n - 1) == 0
+
+
+def _rows(x):
+    """x as a (R, C) tensor: 1-D is one row; lead dims fold into rows (a copy if not viewable)."""
+    if x.dim() == 1:
+        return x.unsqueeze(0)
+    return x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+
+
+def _arg(x2):
+    return x2.view(torch.int16) if x2.dtype == torch.bfloat16 else x2
+
+
+@functools.lru_cache(maxsize=None)
+def _inv_fp32(d: float) -> float:
+    """fp32(1 / d), computed in fp32 as ATen's host code does (no double rounding)."""
+    return (torch.ones((), dtype=torch.float32) / torch.tensor(d, dtype=torch.float32)).item()
+
+
+def _fmt_consts(fmt) -> dict:
+    """The element format's constexprs."""
+    return dict(FMAX=fmt.max, INV_FMAX=_inv_fp32(fmt.max), EMIN=fmt.emin, MBITS=fmt.mbits, IS_E4M3=fmt.name == "e4m3")
+
+
+def _tile_elems(x) -> int:
+    """Elements per tile: 4096 on the GPU; 16384 under the interpreter, whose cost is per operation."""
+    return 16384 if _interpreted() else 4096
+
+
+def _tile(x, R: int, C: int, max_c: int = 256):
+    """(BLOCK_R, BLOCK_C) of an elementwise tile: rows of up to ``max_c`` columns, ~``_tile_elems``."""
+    bc = min(max_c, triton.next_power_of_2(C))
+    return max(1, min(_tile_elems(x) // bc, triton.next_power_of_2(R))), bc
+
+
+def _tile_t(x, R: int, C: int):
+    """Tile of the casts that also write the transposed copy: squarish, 64 columns on the GPU."""
+    bc = min(64 if _tile_elems(x) <= 8192 else 128, triton.next_power_of_2(C))
+    return max(1, min(128, _tile_elems(x) // bc, triton.next_power_of_2(R))), bc
+
+
+# ---- FP8 ---------------------------------------------------------------------------------------
+
+def _fp8_plan(x, recipe, role, state, transposed: bool):
+    """(kind, fmt, block q, block qt in x coords) or None."""
+    from ..scaling.delayed import DelayedScalingState
+    if not _accepts(x) or role not in ROLES or (transposed and x.dim() != 2):
+        return None
+    kinds = {Delayed: "delayed", Current: "current", Rowwise: "rowwise", Blockwise: "blocks", MX: "blocks"}
+    kind = kinds.get(type(recipe))  # exact types: a subclass may change the math
+    if kind is None or getattr(recipe, "kind", None) != "fp8":
+        return None
+    if kind == "delayed" and not (isinstance(state, DelayedScalingState) and state.scale.device == x.device):
+        return None
+    fmt, block = recipe.format(role), recipe.granularity(role)
+    if fmt.name not in ("e4m3", "e5m2"):  # e.g. MX(grad_elem="e2m1"): the reference raises
+        return None
+    if kind == "blocks":
+        if not (_pow2_block(block.rows) and _pow2_block(block.cols)) or (block.rows > 1 and x.dim() > 2):
+            return None
+    return kind, fmt, block, block.t()
+
+
+def _opts(elems: int) -> dict:
+    """Launch options: no FP contraction (every op rounds as torch's does); ~8 elements per thread
+    (4 to 16 warps), which keeps these kernels near 64 registers and the SMs full of warps."""
+    return dict(enable_fp_fusion=False, num_warps=min(16, max(4, elems // 256)))
+
+
+def _fp8_tensorwise(x2, q2, qt, kind, state, transposed, common):
+    """Delayed: one pass (cast with the state's scale + amax), then ``state.update``.
+    Current: the amax kernel, then the cast with ``amax_to_scale(amax)``. Returns the scale."""
+    R, C = x2.shape
+    br, bc = _tile_t(x2, R, C) if transposed else _tile(x2, R, C)
+    n_c = triton.cdiv(C, bc)
+    n_tiles = triton.cdiv(R, br) * n_c
+    grid = (min(n_tiles, _max_programs(x2, br * bc)),)
+    amax = torch.zeros((), dtype=torch.float32, device=x2.device)
+    if kind == "delayed":
+        scale = state.scale.detach().clone()  # the reference casts with the scale before the update
+    else:
+        scale = torch.empty((), dtype=torch.float32, device=x2.device)
+        _k8._amax_kernel[grid](_arg(x2), amax, amax, amax, R, C, *x2.stride(), n_c, n_tiles,
+                               IN_BF16=common["IN_BF16"], TENSOR=True, ROWS=False, COLS=False,
+                               BLOCK_R=br, BLOCK_C=bc, **_opts(br * bc))
+    _k8._cast_tensor_kernel[grid](_arg(x2), q2, qt, scale, amax, R, C, *x2.stride(), *q2.stride(), n_c, n_tiles,
+                                  DELAYED=kind == "delayed", WRITE_T=transposed, BLOCK_R=br, BLOCK_C=bc,
+                                  **common, **_opts(br * bc))
+    if kind == "delayed":
+        state.update(amax)
+    return scale, scale
+
+
+def _fp8_rowwise(x2, q2, qt, transposed, common):
+    """Row (and column) amax by the amax kernel, then the cast. Returns (row scales, column scales)."""
+    R, C = x2.shape
+    fp32 = dict(dtype=torch.float32, device=x2.device)
+    br, bc = _tile_t(x2, R, C) if transposed else _tile(x2, R, C)
+    n_c = triton.cdiv(C, bc)
+    n_tiles = triton.cdiv(R, br) * n_c
+    row_amax, col_amax = torch.zeros(R, **fp32), torch.zeros(C if transposed else 1, **fp32)
+    _k8._amax_kernel[(min(n_tiles, _max_programs(x2, br * bc)),)](
+        _arg(x2), row_amax, row_amax, col_amax, R, C, *x2.stride(), n_c, n_tiles, IN_BF16=common["IN_BF16"],
+        TENSOR=False, ROWS=True, COLS=transposed, BLOCK_R=br, BLOCK_C=bc, **_opts(br * bc))
+    scale, st = torch.empty(R, **fp32), torch.empty(C if transposed else 1, **fp32)
+    _k8._cast_rowwise_kernel[(triton.cdiv(R, br), n_c)](
+        _arg(x2), row_amax, col_amax, q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), WRITE_T=transposed,
+        BLOCK_R=br, BLOCK_C=bc, **common, **_opts(br * bc))
+    return scale, st
+
+
+def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
+    """Blockwise / MX in one pass over x. A program's tile holds whole blocks of both copies and is
+    worked through in chunks of ~``_tile_elems`` elements; only the tallest blocks (128x128, or the
+    128x1 blocks of a transposed 1x128 copy) may be taller than a chunk. Returns both scales."""
+    R, C = x2.shape
+    mx = type(recipe) is MX
+    heights = {block.rows, tblock.rows if transposed else 1}
+    tc = max(block.cols, tblock.cols if transposed else 1, min(_tile_elems(x2) // 32, triton.next_power_of_2(C)))
+    chunk = max([min(_tile_elems(x2) // tc, triton.next_power_of_2(R))]
+                + [h for h in heights if h < max(heights)])  # all but the tallest blocks fit a chunk
+    tr = max(max(heights), chunk)
+    sdt = torch.uint8 if mx else torch.float32  # MX: E8M0 codes
+    n_sc, n_stc = triton.cdiv(C, block.cols), triton.cdiv(R, tblock.rows)
+    scale = torch.empty((triton.cdiv(R, block.rows), n_sc), dtype=sdt, device=x2.device)
+    st = torch.empty((triton.cdiv(C, tblock.cols), n_stc), dtype=sdt, device=x2.device) if transposed else scale
+    _k8._cast_blocks_kernel[(triton.cdiv(R, tr), triton.cdiv(C, tc))](
+        _arg(x2), q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), n_sc, n_stc, WRITE_T=transposed,
+        BR=block.rows, BC=block.cols, TBR=tblock.rows, TBC=tblock.cols, TILE_R=tr, TILE_C=tc, CHUNK_R=chunk, MX=mx,
+        RCEIL=mx and recipe.scale_rule == "rceil", ELEM_EMAX=fmt.emax, LOG2_FMAX=math.frexp(fmt.max)[1] - 1,
+        **common, **_opts(chunk * tc))
+    if mx:
+        return scale.view(torch.float8_e8m0fnu), st.view(torch.float8_e8m0fnu)
+    return scale, st
+
+
+def _launch_fp8(x, recipe, role, state, transposed: bool):
+    plan = _fp8_plan(x, recipe, role, state, transposed)
+    if plan is None:
+        return None
+    kind, fmt, block, tblock = plan
+    x = x.detach()
+    x2 = _rows(x)
+    R, C = x2.shape
+    # q keeps x's memory layout (as the reference's elementwise ops); N-D data is contiguous
+    q = torch.empty_like(x, dtype=torch.uint8) if x.dim() <= 2 else torch.empty(x.shape, dtype=torch.uint8,
+                                                                                   device=x.device)
+    q2 = _rows(q)
+    qt = torch.empty((C, R), dtype=torch.uint8, device=x.device) if transposed else q2
+    common = dict(IN_BF16=x.dtype == torch.bfloat16, HW_CVT=_hw_cvt(x), RECIP=scalar_div_is_reciprocal(x.device),
+                  **_fmt_consts(fmt))
+    if kind in ("delayed", "current"):
+        scale, st = _fp8_tensorwise(x2, q2, qt, kind, state, transposed, common)
+    elif kind == "rowwise":
+        scale, st = _fp8_rowwise(x2, q2, qt, transposed, common)
+    else:
+        scale, st = _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common)
+    out = FP8Tensor(q.view(fmt.torch_dtype), scale.reshape(block.scale_shape(x.shape)), block, x.dtype)
+    if not transposed:
+        return out
+    st = out._scale if block.is_tensorwise else st.reshape(block.scale_shape((C, R)))  # tensorwise: shared
+    return out, FP8Tensor(qt.view(fmt.torch_dtype), st, block, x.dtype)
+
+
+def quantize_fp8_triton(x: torch.Tensor, recipe, role: str = "input", state=None) -> Optional[FP8Tensor]:
+    """Fused ``FP8Tensor.from_float(x, recipe, role, state)``, or None (module docstring)."""
+    return _launch_fp8(x, recipe, role, state, transposed=False)
+
+
+def quantize_fp8_t_triton(x: torch.Tensor, recipe, role: str = "input", state=None):
+    """Fused ``cast.quantize_fp8_t``: ``(q, q_t)`` from one pass over ``x``, or None."""
+    return _launch_fp8(x, recipe, role, state, transposed=True)
+
+
+# ---- FP4 ---------------------------------------------------------------------------------------
+
+def _fp4_plan(x, recipe, role, signs):
+    """(nv, stochastic, block, signs on x's device) or None."""
+    if not _accepts(x) or role not in ROLES or x.shape[-1] % 2:
+        return None
+    if type(recipe) is NV:
+        nv, stochastic = True, recipe.sr_grads and role == "grad"  # FP4Tensor.from_float's default
+    elif type(recipe) is MX and recipe.format(role) is E2M1:
+        nv, stochastic = False, False
+    else:
+        return None
+    block = recipe.granularity(role)
+    if not (_pow2_block(block.rows) and _pow2_block(block.cols) and block.cols >= 2):
+        return None
+    if block.rows > 1 and x.dim() > 2:  # 2-D blocks tile the last two dims of each matrix
+        return None
+    if signs is not None:
+        if not (isinstance(signs, torch.Tensor) and signs.dtype == torch.float32 and signs.numel() == 16
+                and x.shape[-1] % 16 == 0):
+            return None
+        signs = signs.to(x.device).reshape(16).contiguous()
+    return nv, stochastic, block, signs
+
+
+def quantize_fp4_triton(x: torch.Tensor, recipe, role: str = "input", generator: Optional[torch.Generator] = None,
+                        hadamard_signs: Optional[torch.Tensor] = None) -> Optional[FP4Tensor]:
+    """Fused ``cast.quantize_fp4`` (``FP4Tensor.from_float`` after the optional Hadamard), or None.
+
+    NV: the tensor amax kernel, then the cast; MX: the cast alone. Stochastic rounding (NV grads)
+    draws ``torch.rand(x.shape, generator=generator)`` exactly as the reference does and passes it in."""
+    plan = _fp4_plan(x, recipe, role, hadamard_signs)
+    if plan is None:
+        return None
+    nv, stochastic, block, signs = plan
+    x = x.detach()
+    x2 = _rows(x)
+    R, C = x2.shape
+    dev = x.device
+    tr, tc = _tile(x2, R, C, max_c=128)
+    tr, tc = max(tr, block.rows), max(tc, block.cols, 16)  # whole blocks and Hadamard groups per tile
+    amax = torch.zeros((), dtype=torch.float32, device=dev)
+    signs_arg = amax if signs is None else signs
+    common = dict(IN_KIND=_IN_KIND[x.dtype], HADAMARD=signs is not None, TILE_R=tr, TILE_C=tc, **_opts(tr * tc))
+    if nv:
+        n_c = triton.cdiv(C, tc)
+        n_tiles = triton.cdiv(R, tr) * n_c
+        _k4._nv_amax_kernel[(min(n_tiles, _max_programs(x2, tr * tc)),)](
+            _arg(x2), signs_arg, amax, R, C, *x2.stride(), n_c, n_tiles, **common)
+    u = torch.rand(x.shape, generator=generator, device=dev, dtype=torch.float32) if stochastic else amax
+    q = torch.empty((R, C // 2), dtype=torch.uint8, device=dev)
+    n_sc = triton.cdiv(C, block.cols)
+    scale = torch.empty((triton.cdiv(R, block.rows), n_sc), dtype=torch.uint8, device=dev)
+    g = (torch.empty if nv else torch.ones)((), dtype=torch.float32, device=dev)
+    _k4._fp4_cast_kernel[(triton.cdiv(R, tr), triton.cdiv(C, tc))](
+        _arg(x2), signs_arg, u, amax, q, scale, g, R, C, *x2.stride(), n_sc, NV=nv, STOCHASTIC=stochastic,
+        RCEIL=(not nv) and recipe.scale_rule == "rceil", RECIP=scalar_div_is_reciprocal(dev),
+        INV_6=_inv_fp32(6.0), INV_2688=_inv_fp32(2688.0), BR=block.rows, BC=block.cols, **common)
+    sdt = torch.float8_e4m3fn if nv else torch.float8_e8m0fnu
+    return FP4Tensor(q.reshape(*x.shape[:-1], C // 2), scale.view(sdt).reshape(block.scale_shape(x.shape)), g,
+                     block, "nv" if nv else "mx", False, x.dtype)

@@ -1,0 +1,160 @@
+"""Fused FP4 (E2M1) quantize kernels (Triton): MX-32 (E8M0 scales) and NV-16 (UE4M3 x FP32).
+
+Bit-exact with ``FP4Tensor.from_float`` (and ``lowbit.kernels.cast.quantize_fp4`` with a Hadamard
+transform); the math is the reference's:
+
+* optional 16x16 random Hadamard transform along the last dim, in ``hadamard16``'s order (signs,
+  butterflies ``(a, b) -> (a + b, a - b)`` at strides 1, 2, 4, 8, ``* 0.25``), all in fp32, then
+  rounded to the input dtype (RNE, as ``.to(x.dtype)``); launched without FP contraction, so it
+  matches bit for bit;
+* block amax over the finite ``|x|``; a block holding NaN gets a NaN scale (E8M0 0xFF, UE4M3 0x7F)
+  and codes 0;
+* MX: ``scale = 2^k`` (``_mx_exponent``), ``y = x * 2^-k`` (equal to ``x / 2^k``);
+  NV: ``s_global = amax / 2688`` (1 if that is 0 / amax not finite), ``s_block =
+  max(RNE_e4m3(min(amax_b / 6 / s_global, 448)), 2^-9)``, ``y = x / fp32(s_block * s_global)``
+  (divisions by Python scalars as torch evaluates them on the device, see quantize_fp8_kernels);
+* E2M1 code of ``min(|y|, 6)``: RNE, or stochastic ``floor(k) + [u < frac]`` with ``u`` the
+  reference's own draw ``torch.rand(x.shape, generator=g)`` passed in as a tensor (so the kernel
+  consumes the generator exactly as the reference does); sign bit 8; packed two per byte,
+  element 2i in the low nibble.
+
+Two passes for NV (``_nv_amax_kernel`` for the tensor amax, then ``_fp4_cast_kernel``); one for MX.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .quantize_fp8_kernels import _block_expand, _block_max, _finite_abs, _grid_round, _load_f32, _mx_exponent, \
+    _pow2, scan_spec
+
+__all__ = ["SCAN_SPECS"]
+
+
+@triton.jit
+def _hadamard16(x, signs, TILE_R: tl.constexpr, TILE_C: tl.constexpr):
+    """``hadamard16`` on each 16 consecutive elements of a row, same operations in the same order.
+
+    The 16 elements are viewed as a 2x2x2x2 cube (index bits b3 b2 b1 b0); each stage splits the
+    last axis (the butterfly's partner bit), joins ``(a + b, a - b)`` and rotates the axes so the
+    next stride's bit comes last; after four stages the order is the original one."""
+    y = tl.reshape(x, (TILE_R, TILE_C // 16, 16)) * signs[None, None, :]
+    t = tl.reshape(y, (TILE_R * TILE_C // 16, 2, 2, 2, 2))
+    for _ in tl.static_range(4):
+        a, b = tl.split(t)
+        t = tl.permute(tl.join(a + b, a - b), (0, 4, 1, 2, 3))
+    return tl.reshape(t, (TILE_R, TILE_C)) * 0.25
+
+
+@triton.jit
+def _round_to_input(h, IN_KIND: tl.constexpr):
+    """fp32 -> input dtype -> fp32 (RNE). bf16 on the bits (torch's rule), as the interpreter's
+    own bf16 cast truncates; 0: fp32, 1: bf16, 2: fp16."""
+    if IN_KIND == 1:
+        b = h.to(tl.int32, bitcast=True)
+        b = (b + 0x7FFF + ((b >> 16) & 1)) & -65536
+        h = tl.where(h == h, b.to(tl.float32, bitcast=True), h)
+    elif IN_KIND == 2:
+        h = h.to(tl.float16).to(tl.float32)
+    return h
+
+
+@triton.jit
+def _load_input(x_ptr, signs_ptr, rows, cols, R, C, sxr, sxc, IN_KIND: tl.constexpr,
+                HADAMARD: tl.constexpr, TILE_R: tl.constexpr, TILE_C: tl.constexpr):
+    """(fp32 tile of x, optionally Hadamard-transformed and re-rounded, mask)."""
+    mask = (rows[:, None] < R) & (cols[None, :] < C)
+    ptrs = x_ptr + rows[:, None].to(tl.int64) * sxr + cols[None, :].to(tl.int64) * sxc
+    x = _load_f32(ptrs, mask, IN_KIND == 1)
+    if HADAMARD:
+        signs = tl.load(signs_ptr + tl.arange(0, 16))
+        x = _round_to_input(_hadamard16(x, signs, TILE_R, TILE_C), IN_KIND)
+    return x, mask
+
+
+@triton.jit
+def _nv_amax_kernel(x_ptr, signs_ptr, amax_ptr, R, C, sxr, sxc, n_tiles_c, n_tiles,
+                    IN_KIND: tl.constexpr, HADAMARD: tl.constexpr, TILE_R: tl.constexpr, TILE_C: tl.constexpr):
+    """Finite amax of x (of its Hadamard transform with ``HADAMARD``) into ``amax_ptr`` (atomic max)."""
+    acc = tl.full([], 0.0, tl.float32)
+    for t in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
+        rows = (t // n_tiles_c) * TILE_R + tl.arange(0, TILE_R)
+        cols = (t % n_tiles_c) * TILE_C + tl.arange(0, TILE_C)
+        x, mask = _load_input(x_ptr, signs_ptr, rows, cols, R, C, sxr, sxc, IN_KIND, HADAMARD, TILE_R, TILE_C)
+        acc = tl.maximum(acc, tl.max(tl.max(_finite_abs(x), axis=1), axis=0))
+    tl.atomic_max(amax_ptr, acc)
+
+
+@triton.jit
+def _fp4_cast_kernel(x_ptr, signs_ptr, u_ptr, amax_ptr, q_ptr, s_ptr, g_ptr, R, C, sxr, sxc, n_sc,
+                     IN_KIND: tl.constexpr, HADAMARD: tl.constexpr, NV: tl.constexpr,
+                     STOCHASTIC: tl.constexpr, RCEIL: tl.constexpr, RECIP: tl.constexpr,
+                     INV_6: tl.constexpr, INV_2688: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+                     TILE_R: tl.constexpr, TILE_C: tl.constexpr):
+    """E2M1 codes packed two per byte into ``q`` (R, C/2), block scale codes into ``s`` (``n_sc``
+    columns), NV global scale into ``g`` (from the tensor amax at ``amax_ptr``)."""
+    pid_r = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    rows = pid_r * TILE_R + tl.arange(0, TILE_R)
+    cols = pid_c * TILE_C + tl.arange(0, TILE_C)
+    x, mask = _load_input(x_ptr, signs_ptr, rows, cols, R, C, sxr, sxc, IN_KIND, HADAMARD, TILE_R, TILE_C)
+
+    # block scales
+    amax = _block_max(_finite_abs(x), TILE_R, TILE_C, BR, BC)
+    has_nan = _block_max((x != x).to(tl.int32), TILE_R, TILE_C, BR, BC) > 0
+    brow = pid_r * (TILE_R // BR) + tl.arange(0, TILE_R // BR)
+    bcol = pid_c * (TILE_C // BC) + tl.arange(0, TILE_C // BC)
+    s_mask = (brow[:, None] < tl.cdiv(R, BR)) & (bcol[None, :] < tl.cdiv(C, BC))
+    s_ptrs = s_ptr + brow[:, None].to(tl.int64) * n_sc + bcol[None, :]
+    if NV:
+        t_amax = tl.load(amax_ptr)
+        if RECIP:
+            g = t_amax * INV_2688
+            t = amax * INV_6
+        else:
+            g = tl.div_rn(t_amax, 2688.0)
+            t = tl.div_rn(amax, 6.0)
+        g = tl.where((t_amax < float("inf")) & (g > 0), g, 1.0)
+        if (pid_r == 0) & (pid_c == 0):
+            tl.store(g_ptr, g)
+        code, s_block = _grid_round(tl.minimum(tl.div_rn(t, g), 448.0), t, -6, 3, False)  # UE4M3, RNE
+        s_block = tl.maximum(s_block, 0.001953125)  # >= 2^-9, the smallest E4M3 subnormal
+        tl.store(s_ptrs, tl.where(has_nan, 0x7F, tl.maximum(code, 1)).to(tl.uint8), mask=s_mask)
+        eff = tl.where(has_nan, float("nan"), s_block * g)
+        y = tl.div_rn(x, _block_expand(eff, TILE_R, TILE_C, BR, BC))
+    else:
+        k = _mx_exponent(amax, RCEIL, 2, 6.0, 2)
+        tl.store(s_ptrs, tl.where(has_nan, 255, k + 127).to(tl.uint8), mask=s_mask)
+        inv = tl.where(has_nan, float("nan"), _pow2(-k))
+        y = x * _block_expand(inv, TILE_R, TILE_C, BR, BC)
+
+    # E2M1 elements
+    if STOCHASTIC:
+        u = tl.load(u_ptr + rows[:, None].to(tl.int64) * C + cols[None, :], mask=mask, other=0.0)
+    else:
+        u = y
+    a = tl.where(y == y, tl.minimum(tl.abs(y), 6.0), 0.0)
+    code, _ = _grid_round(a, u, 0, 1, STOCHASTIC)
+    sign = (y.to(tl.int32, bitcast=True) >> 31) & 1
+    code = tl.where(y == y, code | (sign << 3), 0)
+    lo, hi = tl.split(tl.reshape(code, (TILE_R, TILE_C // 2, 2)))
+    hcols = pid_c * (TILE_C // 2) + tl.arange(0, TILE_C // 2)
+    q_mask = (rows[:, None] < R) & (hcols[None, :] < C // 2)
+    tl.store(q_ptr + rows[:, None].to(tl.int64) * (C // 2) + hcols[None, :], (lo | (hi << 4)).to(tl.uint8),
+             mask=q_mask)
+
+
+# ---- representative sm_90 compile configurations (the GPU launches; scanned by lowbit.fma_guard) --------
+
+_XS = {"x_ptr": "*i16", "signs_ptr": "*fp32"}
+_I32 = dict.fromkeys(("R", "C", "sxr", "sxc"), "i32")
+
+SCAN_SPECS = (
+    scan_spec(_nv_amax_kernel, {**_XS, "amax_ptr": "*fp32", **_I32, "n_tiles_c": "i32", "n_tiles": "i32"},
+              dict(IN_KIND=1, HADAMARD=True, TILE_R=32, TILE_C=128)),
+    scan_spec(_fp4_cast_kernel,
+              {**_XS, "u_ptr": "*fp32", "amax_ptr": "*fp32", "q_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32", **_I32,
+               "n_sc": "i32"},
+              dict(IN_KIND=1, HADAMARD=True, NV=True, STOCHASTIC=True, RCEIL=False, RECIP=True,
+                   INV_6=0.1666666716337204, INV_2688=0.00037202381645329297, BR=1, BC=16, TILE_R=32, TILE_C=128)),
+)

@@ -1,0 +1,351 @@
+"""Fused quantize kernels (lowbit.kernels.quantize) on the Triton CPU interpreter.
+
+Every kernel output is compared bit for bit (data, scales, delayed-scaling state, generator state)
+with the torch reference (FP8Tensor/FP4Tensor.from_float, lowbit.kernels.cast's reference paths),
+on shapes with partial tiles and blocks, NaN / +-inf / -0 / subnormals / exact rounding ties.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from lowbit.dtypes.fp4_tensor import FP4Tensor
+from lowbit.dtypes.fp8_tensor import FP8Tensor
+from lowbit.dtypes.quantize import pack_fp4, quantize, round_to_grid
+from lowbit.dtypes.formats import E2M1, E4M3
+from lowbit.kernels import cast
+from lowbit.kernels import quantize as kq
+from lowbit.kernels import quantize_fp4_kernels, quantize_fp8_kernels
+from lowbit.scaling.blocks import block_amax, block_any, expand_scale
+from lowbit.scaling.delayed import DelayedScalingState
+from lowbit.scaling.hadamard import hadamard16, random_signs
+from lowbit.scaling.recipes import MX, NV, Blockwise, Current, Delayed, Rowwise
+
+if not kq._interpreted():
+    raise RuntimeError("lowbit's Triton kernels are not interpreted: run pytest with TRITON_INTERPRET=1 set in the "
+                       "environment (triton was imported before tests/kernels/conftest.py could set it)")
+
+FP8_RECIPES = {"current": Current(), "rowwise": Rowwise(), "blockwise": Blockwise(), "mx": MX(),
+               "mx-e5m2-rceil": MX(elem="e5m2", scale_rule="rceil")}
+FP4_RECIPES = {"nv": NV(), "nv-1d": NV(weight_2d=False, sr_grads=False), "mx-e2m1": MX(elem="e2m1"),
+               "mx-e2m1-rceil": MX(elem="e2m1", scale_rule="rceil")}
+ROLES = ("input", "weight", "grad")
+
+
+def specials(shape, dtype=torch.bfloat16, seed=0):
+    """Normal values over several binades, with NaN, -NaN, +-inf, -0, a subnormal and a large value."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g) * torch.exp2(torch.randint(-6, 7, shape, generator=g).float())
+    flat = x.view(-1)
+    n = flat.numel()
+    for i, v in enumerate((float("nan"), float("inf"), -float("inf"), -0.0, 1e-40, 3e4)):
+        flat[(i * 7919) % n] = v
+    flat[(11 * 7919) % n] = -float("nan")
+    return x.to(dtype)
+
+
+def _bits(t):
+    t = t.contiguous()
+    return t.view(torch.uint8) if t.element_size() == 1 else t.view(torch.int32)
+
+
+def assert_bits(got, ref, what):
+    assert got.dtype == ref.dtype and got.shape == ref.shape, f"{what}: {got.dtype}{tuple(got.shape)} vs " \
+        f"{ref.dtype}{tuple(ref.shape)}"
+    diff = _bits(got) != _bits(ref)
+    assert not bool(diff.any()), f"{what}: {int(diff.sum())} differ, e.g. {_bits(got)[diff][:4].tolist()} " \
+        f"vs {_bits(ref)[diff][:4].tolist()}"
+
+
+def assert_fp8(got, ref, what=""):
+    assert isinstance(got, FP8Tensor), f"{what}: declined"
+    assert_bits(got._data, ref._data, f"{what} data")
+    assert_bits(got._scale, ref._scale, f"{what} scale")
+    assert (got._block, got._orig_dtype) == (ref._block, ref._orig_dtype), what
+
+
+def assert_fp4(got, ref, what=""):
+    assert isinstance(got, FP4Tensor), f"{what}: declined"
+    for name in ("_qdata", "_scale", "_global_scale"):
+        assert_bits(getattr(got, name), getattr(ref, name), f"{what} {name}")
+    assert (got._block, got._kind, got._transposed, got._orig_dtype) == \
+        (ref._block, ref._kind, ref._transposed, ref._orig_dtype), what
+
+
+def check_fp8(x, recipe, role, transposed=False):
+    if transposed:
+        q, qt = kq.quantize_fp8_t_triton(x, recipe, role, None)
+        rq, rqt = cast.quantize_fp8_t(x, recipe, role, backend="torch")
+        assert_fp8(q, rq, f"{recipe} {role} q")
+        assert_fp8(qt, rqt, f"{recipe} {role} q_t")
+        return q, qt
+    got, ref = kq.quantize_fp8_triton(x, recipe, role, None), FP8Tensor.from_float(x, recipe, role)
+    assert_fp8(got, ref, f"{recipe} {role}")
+    if x.dim() <= 2:
+        assert got._data.stride() == ref._data.stride()  # x's memory layout kept, as the reference
+    return got
+
+
+def check_fp4(x, recipe, role, signs=None, seed=0):
+    g_ref, g_got = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+    ref = cast.quantize_fp4(x, recipe, role, g_ref, signs, backend="torch")
+    got = kq.quantize_fp4_triton(x, recipe, role, g_got, signs)
+    assert_fp4(got, ref, f"{recipe} {role} hadamard={signs is not None}")
+    assert torch.equal(g_got.get_state(), g_ref.get_state()), "the kernel must consume the generator as the reference"
+    return got
+
+
+# ---- FP8 ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", FP8_RECIPES)
+def test_fp8_cast_and_transpose_bit_exact(name):
+    x = specials((37, 300))  # partial tiles and blocks along both dims
+    for role in ROLES:
+        check_fp8(x, FP8_RECIPES[name], role)
+        check_fp8(x, FP8_RECIPES[name], role, transposed=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_fp8_input_dtypes(dtype):
+    x = specials((33, 160), dtype, seed=1)
+    check_fp8(x, Current(), "grad", transposed=True)
+    check_fp8(x, Blockwise(), "weight", transposed=True)
+    check_fp8(x, MX(scale_rule="rceil"), "input")
+
+
+@pytest.mark.parametrize("algo", ["max", "most_recent"])
+def test_delayed_scaling_amax_fused(algo):
+    recipe = Delayed(history_len=3, margin=1, amax_algo=algo)
+    for role in ("input", "grad"):
+        ref_state, state = (DelayedScalingState(recipe, recipe.format(role)) for _ in range(2))
+        for step in range(4):
+            x = specials((37, 300), seed=step) * (4.0 ** (step % 3 - 1))
+            transposed = step == 3
+            if transposed:
+                q, qt = kq.quantize_fp8_t_triton(x, recipe, role, state)
+                rq, rqt = cast.quantize_fp8_t(x, recipe, role, ref_state, backend="torch")
+                assert_fp8(qt, rqt, "q_t")
+                assert qt._scale is q._scale  # one scale for both copies, as the reference
+            else:
+                q = kq.quantize_fp8_triton(x, recipe, role, state)
+                rq = FP8Tensor.from_float(x, recipe, role, state=ref_state)
+            assert_fp8(q, rq, f"step {step}")
+            assert_bits(state.amax_history, ref_state.amax_history, "amax history")
+            assert_bits(state.scale, ref_state.scale, "state scale")
+        assert float(state.amax_history.max()) > 0
+
+
+def test_fp8_layouts():
+    base = specials((300, 37), seed=2)
+    for x in (base.t(), base[:200, :30], base[:, 0].contiguous(), specials((2, 5, 96), seed=3),
+              specials((5, 2, 96), seed=4).transpose(0, 1)):
+        for recipe in (Current(), Rowwise(), Blockwise(), MX()):
+            check_fp8(x, recipe, "input")
+    check_fp8(base.t(), Blockwise(), "weight", transposed=True)
+    check_fp8(base.t(), Rowwise(), "input", transposed=True)
+
+
+def test_fp8_many_tiles_grid_stride():
+    x = specials((160, 1100), seed=5)  # several tiles per program in the grid-stride kernels
+    recipe = Delayed(history_len=2)
+    ref_state, state = DelayedScalingState(recipe, E4M3), DelayedScalingState(recipe, E4M3)
+    for _ in range(2):
+        assert_fp8(kq.quantize_fp8_triton(x, recipe, "input", state),
+                   FP8Tensor.from_float(x, recipe, "input", state=ref_state))
+    assert_bits(state.amax_history, ref_state.amax_history, "amax history")
+    check_fp8(x, Current(), "input")
+    check_fp8(x, Blockwise(), "input", transposed=True)
+
+
+def _edge_tensors():
+    # rounding ties: e4m3 / e5m2 midpoints (normal and subnormal) times 2^k, with a block amax that
+    # makes the MX scale 2^k; values straddling E4M3/E5M2 max; fp32 subnormals; huge values
+    mids = torch.tensor([1.0625, 1.1875, 9.5, 2.0 ** -10 * 3, 2.0 ** -10, 2.0 ** -8 * 5, 432.0, 440.0, 447.9,
+                         300.0, -1.0625, -2.0 ** -10 * 3, 2.0 ** -17, 3 * 2.0 ** -17, 1.125 * 2.0 ** -14, 400.0])
+    ties = torch.cat([mids * 2.0 ** k for k in (-20, 0, 9)]).reshape(3, 16).repeat(1, 4)
+    return {"ties": ties, "zeros": torch.zeros(4, 64), "nonfinite": torch.tensor([[float("nan"), float("inf")] * 32]),
+            "tiny": torch.full((2, 64), 1e-41) * torch.arange(128.0).reshape(2, 64),
+            "huge": torch.full((2, 64), 3.0e38) / torch.arange(1.0, 129.0).reshape(2, 64)}
+
+
+@pytest.mark.parametrize("case", list(_edge_tensors()))
+def test_fp8_edge_values(case):
+    x = _edge_tensors()[case]
+    for recipe in (Current(), Current(input_format="e5m2"), Rowwise(), Blockwise(act=(1, 32)), MX(),
+                   MX(elem="e5m2", scale_rule="rceil")):
+        check_fp8(x, recipe, "input")
+
+
+def test_scales_as_torch_computes_them_on_cuda(monkeypatch):
+    """On CUDA torch evaluates ``tensor / python_float`` as ``tensor * fp32(1 / d)``; the kernels do
+    the same there. Forced here on the CPU, the scales must follow that formula exactly."""
+    monkeypatch.setattr(kq, "scalar_div_is_reciprocal", lambda device: True)
+    inv = lambda d: torch.tensor(1.0) / torch.tensor(d)  # noqa: E731  fp32 reciprocal, as ATen's host code
+    x = specials((37, 300), seed=6)
+    def recip_scale(a, fmax):
+        s = a * inv(fmax)
+        return torch.where((a > 0) & (s > 0), s, torch.ones_like(a))
+
+    for recipe, role in ((Current(), "grad"), (Rowwise(), "input"), (Blockwise(), "weight")):
+        fmt, block = recipe.format(role), recipe.granularity(role)
+        s = recip_scale(block_amax(x, block), fmt.max)
+        got = kq.quantize_fp8_triton(x, recipe, role)
+        assert_bits(got._scale, s, f"{recipe} scale")
+        assert_bits(got._data, quantize(x, fmt, expand_scale(s, x.shape, block)), f"{recipe} data")
+    ieee = Rowwise().scales(x, "input")
+    assert bool((_bits(ieee) != _bits(kq.quantize_fp8_triton(x, Rowwise(), "input")._scale)).any())  # the paths differ
+    # NV: s_global = amax * fp32(1/2688); s_block = e4m3(amax_b * fp32(1/6) / s_global)
+    xs = specials((32, 64), seed=7)
+    block = NV().granularity("weight")
+    amax_b = block_amax(xs, block)
+    g = recip_scale(amax_b.amax(), 448.0 * 6.0)
+    sb = torch.clamp(round_to_grid(amax_b * inv(6.0) / g, E4M3), min=E4M3.min_subnormal)
+    sb = torch.where(block_any(torch.isnan(xs), block), torch.full_like(sb, float("nan")), sb)
+    got = kq.quantize_fp4_triton(xs, NV(), "weight")
+    assert_bits(got._global_scale, g, "nv global")
+    assert_bits(got._scale, sb.to(torch.float8_e4m3fn), "nv block scales")
+    assert_bits(got._qdata, pack_fp4(quantize(xs, E2M1, expand_scale(sb * g, xs.shape, block))), "nv data")
+
+
+# ---- FP4 ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", FP4_RECIPES)
+def test_fp4_bit_exact_with_hadamard_and_sr(name):
+    x = specials((37, 288), seed=8)
+    for role in ROLES:
+        for signs in (None, random_signs(role == "grad")):
+            check_fp4(x, FP4_RECIPES[name], role, signs, seed=3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_fp4_input_dtypes(dtype):
+    x = specials((20, 96), dtype, seed=9)
+    check_fp4(x, NV(), "grad", random_signs(1))
+    check_fp4(x, MX(elem="e2m1", scale_rule="rceil"), "input")
+
+
+def test_fp4_hadamard_follows_the_butterfly_order():
+    """Wide-range inputs, so the fp32 sums of the transform round and their order shows."""
+    g = torch.Generator().manual_seed(14)
+    x = torch.randn(24, 64, generator=g) * torch.exp2(torch.randint(-30, 30, (24, 64), generator=g).float())
+    signs = random_signs(2)
+    y = x.reshape(-1, 16) * signs  # the butterfly in the other stride order (8, 4, 2, 1) rounds differently
+    for h in (8, 4, 2, 1):
+        y = y.reshape(-1, 16 // (2 * h), 2, h)
+        y = torch.stack((y[:, :, 0] + y[:, :, 1], y[:, :, 0] - y[:, :, 1]), dim=2)
+    assert not torch.equal(y.reshape(x.shape) * 0.25, hadamard16(x, signs))
+    for dtype in (torch.float32, torch.bfloat16):
+        check_fp4(x.to(dtype), NV(), "grad", signs)
+        check_fp4(x.to(dtype), MX(elem="e2m1"), "input", signs)
+
+
+def test_fp4_stochastic_rounding_reproducible_and_seeded():
+    x = specials((16, 128), seed=10)
+    a = check_fp4(x, NV(), "grad", seed=1)
+    b = check_fp4(x, NV(), "grad", seed=1)
+    c = check_fp4(x, NV(), "grad", seed=2)
+    rne = check_fp4(x, NV(sr_grads=False), "grad")
+    assert torch.equal(a._qdata, b._qdata) and not torch.equal(a._qdata, c._qdata)
+    assert not torch.equal(a._qdata, rne._qdata)
+
+
+def test_fp4_layouts_edges_and_tiles():
+    base = specials((96, 40), seed=11)
+    for x in (base.t(), specials((3, 4, 64), seed=12), base[0].contiguous(), torch.zeros(8, 32),
+              torch.tensor([[float("nan"), float("inf")] * 16]), _edge_tensors()["ties"] / 64):
+        check_fp4(x, NV(), "input")
+        check_fp4(x, MX(elem="e2m1"), "input")
+    check_fp4(specials((150, 400), seed=13), NV(), "grad", random_signs(5))  # many tiles
+
+
+# ---- declines -------------------------------------------------------------------------------
+
+def test_declines_return_none(monkeypatch):
+    x = specials((8, 64))
+    fp8, fp8_t, fp4 = kq.quantize_fp8_triton, kq.quantize_fp8_t_triton, kq.quantize_fp4_triton
+
+    class MyCurrent(Current):
+        pass
+
+    for bad in (torch.ones(8, 64, dtype=torch.int32), x.double(), torch.empty(0, 64), torch.tensor(1.0), "x"):
+        assert fp8(bad, Current(), "input") is None and fp4(bad, NV(), "input") is None
+    assert fp8_t(bad, Current(), "input") is None
+    for recipe, role in ((NV(), "input"), (MX(elem="e2m1"), "input"), (MX(grad_elem="e2m1"), "grad"),
+                         (Delayed(), "input"), (MyCurrent(), "input"), (Current(), "bias"),
+                         (Blockwise(act=(1, 96)), "input"), (Blockwise(act=(1, 256)), "input"),
+                         (Blockwise(act=(1, -1)), "input")):
+        assert fp8(x, recipe, role) is None, recipe
+    assert fp8(specials((2, 128, 128)), Blockwise(), "weight") is None  # 2-D blocks need 2-D data
+    assert fp8_t(specials((2, 8, 64)), Current(), "input") is None
+    assert fp4(specials((2, 16, 64)), NV(), "weight") is None
+    assert fp4(specials((8, 63)), NV(), "input") is None  # odd last dim: the reference raises
+    assert fp4(specials((8, 40)), NV(), "input", None, random_signs(0)) is None  # 40 % 16
+    assert fp4(x, NV(), "input", None, random_signs(0).double()) is None
+    assert fp4(x, NV(), "input", None, torch.ones(8)) is None
+    assert fp4(x, Current(), "input") is None and fp4(x, MX(), "input") is None
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # CPU without the interpreter: decline, never crash
+    assert fp8(x, Current(), "input") is None and fp8_t(x, Current(), "input") is None
+    assert fp4(x, NV(), "input") is None
+
+
+# ---- compile configurations ---------------------------------------------------------------------
+
+def test_scan_specs_one_per_kernel_and_complete():
+    import inspect
+    for mod in (quantize_fp8_kernels, quantize_fp4_kernels):
+        kernels = {n for n, v in vars(mod).items() if n.endswith("_kernel") and hasattr(v, "fn")}
+        assert sorted(s["kernel"].fn.__name__ for s in mod.SCAN_SPECS) == sorted(kernels)
+        for spec in mod.SCAN_SPECS:
+            params = inspect.signature(spec["kernel"].fn).parameters
+            assert list(spec["signature"]) == [p for p in params if p in spec["signature"]]
+            assert set(spec["signature"]) == set(params)
+            assert {p for p in params if spec["signature"][p] == "constexpr"} == set(spec["constexprs"])
+    assert len(kq.SCAN_SPECS) == len(quantize_fp8_kernels.SCAN_SPECS) + len(quantize_fp4_kernels.SCAN_SPECS)
+
+
+_PTX_SCRIPT = textwrap.dedent("""
+    import json, triton
+    from triton.compiler import ASTSource
+    from triton.backends.compiler import GPUTarget
+    from lowbit.kernels import quantize_fp4_kernels as k4, quantize_fp8_kernels as k8
+    E4M3 = dict(FMAX=448.0, INV_FMAX=0.0022321429569274187, EMIN=-6, MBITS=3, IS_E4M3=True, RECIP=True)
+    i32 = dict.fromkeys(("R", "C", "sxr", "sxc"), "i32")
+    specs = [
+        k8.scan_spec(k8._cast_tensor_kernel, {"x_ptr": "*fp32", "q_ptr": "*u8", "qt_ptr": "*u8",
+                     "scale_ptr": "*fp32", "amax_ptr": "*fp32", **i32, "sqr": "i32", "sqc": "i32",
+                     "n_tiles_c": "i32", "n_tiles": "i32"},
+                     dict(IN_BF16=False, DELAYED=False, WRITE_T=False, HW_CVT=True, BLOCK_R=4, BLOCK_C=64, **E4M3)),
+        k8.scan_spec(k4._fp4_cast_kernel, {"x_ptr": "*fp32", "signs_ptr": "*fp32", "u_ptr": "*fp32",
+                     "amax_ptr": "*fp32", "q_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32", **i32, "n_sc": "i32"},
+                     dict(IN_KIND=0, HADAMARD=True, NV=True, STOCHASTIC=True, RCEIL=False, RECIP=True,
+                          INV_6=0.1666666716337204, INV_2688=0.00037202381645329297, BR=1, BC=16,
+                          TILE_R=2, TILE_C=64)),
+    ]
+    out = []
+    for s in specs:
+        src = ASTSource(s["kernel"], s["signature"], constexprs=s["constexprs"])
+        out.append(triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                  options={"enable_fp_fusion": False}).asm["ptx"])
+    print(json.dumps(out))
+""")
+
+
+def test_sm90_ptx_divides_exactly_and_casts_with_rne():
+    """The GPU path's bit-exactness rests on these instructions: IEEE ``div.rn.f32`` (Triton's ``/``
+    is the approximate ``div.full.f32``), the saturating RNE float8 cast, and no contraction."""
+    import json
+    import lowbit
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(lowbit.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
+    env["TRITON_DEFAULT_FP_FUSION"] = "0"
+    res = subprocess.run([sys.executable, "-c", _PTX_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    fp8_ptx, fp4_ptx = json.loads(res.stdout.strip().splitlines()[-1])
+    for ptx in (fp8_ptx, fp4_ptx):
+        assert "div.rn.f32" in ptx
+        assert "div.full" not in ptx and "div.approx" not in ptx and "fma.rn.f32" not in ptx
+    assert "cvt.rn.satfinite.e4m3x2.f32" in fp8_ptx
