@@ -108,8 +108,8 @@ def differential(kernel, args: Sequence, grid, *, constexprs: Mapping | None = N
 
 
 def _interpreting() -> bool:
-    import os
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    from ..kernels.interpret import interpreting
+    return interpreting()
 
 
 def adversarial_scores(rows: int, cols: int, scale: float, *, magnitude: float = 8.0, seed: int = 0,

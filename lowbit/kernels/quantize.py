@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from typing import Optional
 
 import torch
@@ -40,6 +39,7 @@ from ..dtypes.fp8_tensor import FP8Tensor
 from ..scaling.recipes import MX, NV, ROLES, Blockwise, Current, Delayed, Rowwise
 from . import quantize_fp4_kernels as _k4
 from . import quantize_fp8_kernels as _k8
+from .interpret import interpreting
 
 __all__ = ["quantize_fp8_triton", "quantize_fp8_t_triton", "quantize_fp4_triton", "scalar_div_is_reciprocal",
            "SCAN_SPECS"]
@@ -52,16 +52,13 @@ _IN_KIND = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 # ---- launch policy -----------------------------------------------------------------------------
 
 def scalar_div_is_reciprocal(device) -> bool:
-    """Whether torch evaluates ``tensor / python_float`` on ``device`` as ``tensor * fp32(1 / d)``
-    (ATen's CUDA div_true kernel does, for a CPU-scalar divisor; the CPU kernel divides). The
-    reference scales (``amax / fmax``, ``amax / 2688``, ``amax / 6``) are computed that way, so the
-    kernels compute them the same way on the same device."""
-    return torch.device(device).type == "cuda"
+    """Whether the reference scales (``amax / fmax``, ``amax / 2688``, ``amax / 6``) are computed as
+    ``amax * fp32(1 / d)`` on ``device``. They are not: ``scaling.scales.div_exact`` divides by a
+    device tensor, IEEE on every device, so the kernels divide too (the RECIP path is unused)."""
+    return False
 
 
-def _interpreting() -> bool:
-    """TRITON_INTERPRET is set to a true value now (read at each call)."""
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() not in ("", "0", "false", "no", "off")
+_interpreting = interpreting
 
 
 def _interpreted() -> bool:

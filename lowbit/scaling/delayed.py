@@ -13,6 +13,7 @@ from torch import nn
 
 from ..dtypes.formats import get_format
 from .recipes import Delayed
+from .scales import div_exact
 
 __all__ = ["DelayedScalingState"]
 
@@ -33,7 +34,7 @@ class DelayedScalingState(nn.Module):
         amax = torch.where(torch.isfinite(amax), amax, torch.zeros_like(amax))
         hist = torch.cat((amax.reshape(1), self.amax_history[:-1]))
         a = hist.amax() if self.recipe.amax_algo == "max" else hist[0]
-        new = a / self.fmt.max * (2.0 ** self.recipe.margin)
+        new = div_exact(a, self.fmt.max) * (2.0 ** self.recipe.margin)
         good = (a > 0) & torch.isfinite(new) & (new > 0)
         self.scale.copy_(torch.where(good, new, self.scale))
         self.amax_history.copy_(hist)
@@ -46,7 +47,7 @@ class DelayedScalingState(nn.Module):
             return
         dist.all_reduce(self.amax_history, op=dist.ReduceOp.MAX, group=group)
         a = self.amax_history.amax() if self.recipe.amax_algo == "max" else self.amax_history[0]
-        new = a / self.fmt.max * (2.0 ** self.recipe.margin)
+        new = div_exact(a, self.fmt.max) * (2.0 ** self.recipe.margin)
         self.scale.copy_(torch.where(a > 0, new, self.scale))
 
     def extra_repr(self) -> str:

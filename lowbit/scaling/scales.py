@@ -19,9 +19,15 @@ import torch
 from ..dtypes.formats import E2M1, E4M3, E8M0, Format
 from ..dtypes.quantize import round_to_grid
 
-__all__ = ["amax_to_scale", "mx_scale", "nv_global_scale", "nv_block_scale", "pow2"]
+__all__ = ["amax_to_scale", "mx_scale", "nv_global_scale", "nv_block_scale", "pow2", "div_exact"]
 
 MX_RULES = ("floor", "rceil")
+
+
+def div_exact(t: torch.Tensor, d: float) -> torch.Tensor:
+    """IEEE fp32 ``t / d`` on every device: the divisor goes in as a device tensor, because ATen's
+    CUDA kernel computes ``t * fp32(1 / d)`` for a Python-scalar divisor (not correctly rounded)."""
+    return t / torch.full((), d, dtype=torch.float32, device=t.device)
 
 
 def pow2(n: torch.Tensor) -> torch.Tensor:
@@ -36,7 +42,7 @@ def pow2(n: torch.Tensor) -> torch.Tensor:
 def amax_to_scale(amax: torch.Tensor, fmt: Format, margin: int = 0) -> torch.Tensor:
     """``amax / fmt.max * 2^margin`` in fp32, with 1 where amax is 0 or not finite."""
     amax = amax.to(torch.float32)
-    s = amax / fmt.max
+    s = div_exact(amax, fmt.max)
     if margin:
         s = s * (2.0 ** margin)
     good = torch.isfinite(amax) & (amax > 0) & (s > 0) & torch.isfinite(s)
@@ -72,14 +78,14 @@ def mx_scale(amax: torch.Tensor, elem: Format, rule: str = "floor", has_nan=None
 def nv_global_scale(amax_tensor: torch.Tensor) -> torch.Tensor:
     """``amax / (448 * 6)`` in fp32; 1 for a zero or non-finite amax."""
     amax = amax_tensor.to(torch.float32)
-    s = amax / (E4M3.max * E2M1.max)
+    s = div_exact(amax, E4M3.max * E2M1.max)
     good = torch.isfinite(amax) & (s > 0)
     return torch.where(good, s, torch.ones_like(s))
 
 
 def nv_block_scale(amax_block: torch.Tensor, s_global: torch.Tensor, has_nan=None) -> torch.Tensor:
     """UE4M3 block scales as float32 values: ``cast_e4m3(amax_block / 6 / s_global)``, >= 2^-9."""
-    t = amax_block.to(torch.float32) / E2M1.max / s_global
+    t = div_exact(amax_block.to(torch.float32), E2M1.max) / s_global
     s = round_to_grid(t, E4M3, "rne", saturate=True)
     s = torch.clamp(s, min=E4M3.min_subnormal)
     if has_nan is not None:
