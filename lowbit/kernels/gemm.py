@@ -266,7 +266,7 @@ def _prune(configs, named_args, **kw):
     bk = math.gcd(chunk, 128) if chunk else None
     keep = {}
     for (bm, bn, k, w, s, p) in pool:
-        cfg = (bm, bn, bk if bk and k % bk else k, w, s, p if hook else 0)
+        cfg = (bm, bn, bk if chunk and chunk % k else k, w, s, p if hook else 0)  # BLOCK_K | chunk
         keep.setdefault(cfg, _cfg(*cfg, hook=hook))
     return list(keep.values())
 

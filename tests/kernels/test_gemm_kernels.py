@@ -300,3 +300,21 @@ def test_bad_variant_and_empty_output():
         fp8_scaled_mm(a, w, variant="tma")
     empty = FP8Tensor.from_float(torch.zeros(0, 32), Current(), "input")
     assert fp8_scaled_mm(empty, b).shape == (0, 32)
+
+
+@pytest.mark.parametrize("name", ["blockwise", "mx"])
+@pytest.mark.parametrize("M", [64, 4096])
+def test_gpu_configs_keep_block_k_inside_a_scale_chunk(name, M):
+    """Every autotune config the GPU may launch for a K-scaled GEMM has BLOCK_K dividing the scale
+    chunk (the interpreter runs its own config, so only this check guards the GPU one)."""
+    from lowbit.kernels.gemm import _TMA_TUNED, _PTR_TUNED, _chunk, _prune
+    recipe = Blockwise() if name == "blockwise" else MX(elem="e4m3")
+    x, w = torch.randn(M, 256), torch.randn(128, 256)
+    a = FP8Tensor.from_float(x, recipe, "input")
+    b = FP8Tensor.from_float(w, recipe, "weight").t()
+    plan = gemm_plan(a, b)
+    chunk = _chunk(plan["SA_K"], plan["SB_K"])
+    assert chunk in (32, 128)
+    for tuner in (_PTR_TUNED, _TMA_TUNED):
+        cfgs = _prune(tuner.configs, {"M": M}, **plan, PROMOTE=True, HAS_BIAS=False)
+        assert cfgs and all(chunk % c.kwargs["BLOCK_K"] == 0 for c in cfgs)
