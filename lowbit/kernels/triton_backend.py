@@ -60,10 +60,6 @@ def triton_supports(a, b, out_dtype=torch.float32, bias=None) -> Optional[str]:
     if why is not None:
         return why
     if isinstance(a, FP8Tensor) and isinstance(b, FP8Tensor):
-        if b.device.type == "cuda" and b._scale.dtype == torch.float8_e8m0fnu:
-            # On an H200 (triton 3.6) this path gave 0.37 relative error while the interpreter
-            # agrees with the oracle (benchmarks/RESULTS.md): off on GPUs until it is found.
-            return "the MX-FP8 GEMM kernel failed its GPU check and is disabled on CUDA"
         return fp8_support(a, b)
     if isinstance(a, FP4Tensor) and isinstance(b, FP4Tensor):
         return fp4_support(a, b)
