@@ -4,7 +4,9 @@ bf16 vs lowbit recipes vs torchao float8 (tensorwise, rowwise) when installed, e
 torch.compile'd; speedups are against bf16 in the same mode and the same run. Before timing, each
 variant's output and input gradient are compared with the bf16 step (relative Frobenius error).
 
-    python benchmarks/ffn_train.py --out DIR [--quick] [--formats fp8,fp8-block]
+    python benchmarks/ffn_train.py --out DIR [--quick] [--formats fp8,fp8+precise,fp8-block] [--modes eager]
+
+``fmt+precise``: the recipe with ``fast_accum_fwd=False`` (FP32 promotion in the forward GEMM too).
 """
 from __future__ import annotations
 
@@ -42,8 +44,14 @@ def make_variant(base: nn.Module, name: str) -> nn.Module:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
         cfg = Float8LinearConfig.from_recipe_name(name.split("-", 1)[1])
         return convert_to_float8_training(m, config=cfg)
+    import dataclasses
     import lowbit
-    return lowbit.convert(m, name.split("lowbit-", 1)[1], filter=lambda n, mod: True)
+    fmt, _, mode = name.split("lowbit-", 1)[1].partition("+")
+    recipe = None
+    if mode == "precise":  # promote in the forward GEMM too (default: fast forward accumulation)
+        from lowbit.convert import recipe_for
+        recipe = dataclasses.replace(recipe_for(fmt), fast_accum_fwd=False)
+    return lowbit.convert(m, fmt, recipe=recipe, filter=lambda n, mod: True)
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -51,7 +59,10 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def main():
-    args = parse_args(__doc__, lambda p: p.add_argument("--formats", default="fp8,fp8-current,fp8-block,fp8-rowwise"))
+    def extra(p):
+        p.add_argument("--formats", default="fp8,fp8+precise,fp8-current,fp8-block,fp8-rowwise")
+        p.add_argument("--modes", default="eager,compiled")
+    args = parse_args(__doc__, extra)
     torch.manual_seed(0)
     tokens, d, h = (2048, 1024, 3584) if args.quick else (8192, 4096, 14336)
     dev = "cuda"
@@ -69,7 +80,7 @@ def main():
 
     ref = {}
     rows = []
-    for mode in ("eager", "compiled"):
+    for mode in args.modes.split(","):
         for name in names:
             row = {"variant": name, "mode": mode}
 

@@ -11,9 +11,16 @@ measured in this run (``dst.copy_(src)``, bytes read + written):
 
 * ``GB/s``: ideal bytes, x read once plus every output written once (what the op must move);
 * ``moved GB/s``: the bytes this implementation moves (two-pass recipes read x twice: the amax
-  kernel, then the cast; NV stochastic rounding also writes and reads the uniforms).
+  kernel, then the cast, for current scaling, rowwise with the transposed copy and NVFP4; NV
+  stochastic rounding also writes and reads the uniforms). One-pass rowwise re-reads each row
+  from L2, not counted.
 
-``--sweep`` also times the main kernels with 2048 / 8192 / 16384-element tiles (default 4096).
+``--sweep`` (about 2 more minutes) also times every variant with the per-element ``div.rn.f32``
+instead of the fast exact division (``lowbit.kernels.quantize._fast_div``), the FP8 variants with
+the float8 cast saturating by itself (``_cvt_saturates``: no clamp before ``cvt.rn.satfinite``),
+each checked bit-exact first, and the main kernels with 2048 / 8192 / 16384-element tiles
+(default 4096) and with 1/8 (the previous policy), 1/2 and 2x the grid-stride programs; rows
+named ``(div.rn)``, ``(cvt saturates)``, ``(tile N)``, ``(programs xF)``.
 Prints a table last and writes DIR/quantize.json.
 """
 from __future__ import annotations
@@ -112,7 +119,8 @@ def nbytes(name, kind, recipe, role, transposed, shape):
         return ideal, ideal + (2 * n if isinstance(recipe, NV) else 0) + (8 * n if "SR" in name else 0)
     copies = 2 if transposed else 1
     ideal = 2 * n + copies * (n + n_scales * (1 if isinstance(recipe, MX) else 4))
-    return ideal, ideal + (2 * n if isinstance(recipe, (Current, Rowwise)) else 0)  # amax pass reads x again
+    two_pass = isinstance(recipe, Current) or (isinstance(recipe, Rowwise) and transposed)
+    return ideal, ideal + (2 * n if two_pass else 0)  # the amax pass reads x again
 
 
 def make_calls(name, kind, recipe, role, transposed, x):
@@ -185,7 +193,7 @@ def _row(shape, name, impl, ms, ideal, moved, copy_gbs, exact=None) -> dict:
 def main():
     args = parse_args(__doc__.splitlines()[0], extra=lambda p: (
         p.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd references"),
-        p.add_argument("--sweep", action="store_true", help="also time other tile sizes"),
+        p.add_argument("--sweep", action="store_true", help="also time div.rn, other tile sizes and grids"),
         p.add_argument("--shape", action="append", help="RxC (repeatable) instead of the default shapes"),
         p.add_argument("--device", default="cuda", help="cpu: a smoke run of this script under TRITON_INTERPRET=1 "
                        "with a tiny --shape (wall-clock timing, no torch.compile)")))
@@ -254,27 +262,38 @@ def main():
         del x
         save()
 
-    # 3. optional tile-size sweep of the main kernels
-    if args.sweep and gpu:
+    # 3. optional sweep: div.rn instead of the fast division; tile sizes; grid-stride programs
+    if args.sweep:
         x = torch.randn(shapes[0], device=dev, dtype=torch.bfloat16)
-        default = kq._tile_elems
-        try:
-            for elems in (2048, 8192, 16384):
-                kq._tile_elems = lambda _x, e=elems: e
-                for v in [v for v in variants() if v[0] in COMPILED + ("delayed e4m3 +T", "block 1x128 +T")]:
+        main_kernels = [v for v in variants() if v[0] in COMPILED + ("delayed e4m3 +T", "block 1x128 +T")]
+        sweeps = [("div.rn", "_fast_div", lambda: False, variants()),
+                  ("cvt saturates", "_cvt_saturates", lambda: True, [v for v in variants() if v[1] == "fp8"])]
+        sweeps += [(f"tile {e}", "_tile_elems", (lambda _x, e=e: e), main_kernels) for e in (2048, 8192, 16384)]
+        progs = kq._max_programs
+        sweeps += [(f"programs x{f}", "_max_programs", (lambda _x, n, f=f: max(1, int(progs(_x, n) * f))), main_kernels)
+                   for f in (0.125, 0.5, 2)]
+        for label, attr, repl, vs in sweeps:
+            default = getattr(kq, attr)
+            setattr(kq, attr, repl)
+            try:
+                for v in vs:
+                    err = guarded(rows, f"{v[0]} ({label}) check", lambda: check(*v, x))
+                    if err != "":
+                        print(f"MISMATCH {v[0]} ({label}): {err}", flush=True)
                     fused, _, _ = make_calls(*v, x)
-                    ms = guarded(rows, f"{v[0]} tile {elems}", lambda: timer(fused))
+                    ms = guarded(rows, f"{v[0]} ({label})", lambda: timer(fused))
                     if ms is not None:
-                        rows.append(_row(shapes[0], f"{v[0]} (tile {elems})", "lowbit", ms, *nbytes(*v, shapes[0]),
-                                         copy_gbs))
-        finally:
-            kq._tile_elems = default
-        save()
+                        rows.append(_row(shapes[0], f"{v[0]} ({label})", "lowbit", ms, *nbytes(*v, shapes[0]),
+                                         copy_gbs, err == ""))
+            finally:
+                setattr(kq, attr, default)
+            save()
+            print(f"  sweep {label} done ({time.time() - t_start:.0f} s)", flush=True)
 
     n_bad = sum(not c["bit_exact"] for c in checks)
     print(f"\nbit-exact vs the torch reference on this device: {len(checks) - n_bad}/{len(checks)} checks"
           + ("" if not n_bad else f"  (MISMATCH: {sorted({c['variant'] for c in checks if not c['bit_exact']})})"))
-    ours = [r for r in rows if r.get("impl") == "lowbit" and "tile" not in r["variant"]]
+    ours = [r for r in rows if r.get("impl") == "lowbit" and "(" not in r["variant"]]
     print(f"lowbit at >= 80% of copy: {sum(r['%copy'] >= 80 for r in ours)}/{len(ours)} (ideal bytes), "
           f"{sum(r.get('%copy moved', 0) >= 80 for r in ours)}/{len(ours)} (bytes moved)")
     print(f"copy bandwidth {copy_gbs:.0f} GB/s; {time.time() - t_start:.0f} s in all; GB/s counts x read once and "

@@ -1,4 +1,4 @@
-"""``lowbit demo [--formats fp8,nvfp4] [--size tiny|small|50m] [--steps N] [--out DIR]``: train the
+"""``lowbit demo [--formats fp8,nvfp4] [--size tiny|small|50m] [--steps N] [--seeds N] [--out DIR]``: train the
 demo GPT in the baseline and each format, print the table last, write ``demo.json`` and
 ``demo_loss.png`` into ``--out`` (default: the current folder)."""
 from __future__ import annotations
@@ -23,6 +23,7 @@ def add_arguments(p) -> None:
     p.add_argument("--baseline", choices=("bf16", "fp32"), help="default: bf16 on CUDA, fp32 on the CPU")
     p.add_argument("--backend", default="auto", help="lowbit GEMM backend (default auto)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, default=1, help="train every format from seeds SEED..SEED+N-1 and average")
     p.add_argument("--out", default=".", help="folder for demo.json and demo_loss.png")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -31,7 +32,7 @@ def run(args) -> int:
     from .report import plot, table
     from .train import DemoConfig, run_demo
     formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
-    cfg = DemoConfig(formats=formats, size=args.size, steps=args.steps, batch=args.batch, seed=args.seed,
+    cfg = DemoConfig(formats=formats, size=args.size, steps=args.steps, batch=args.batch, seed=args.seed, seeds=args.seeds,
                      device=args.device, backend=args.backend, baseline=args.baseline,
                      progress=not args.no_progress)
     result = run_demo(cfg)

@@ -1,7 +1,9 @@
 """Demo report: the comparison table and a PNG of the loss curves.
 
 ``table(result)`` -> text (format, final loss, gap to the baseline in %, held-out loss, tokens/s,
-peak memory). ``plot(result, path)`` writes the PNG with matplotlib when it is installed;
+peak memory). Over several seeds: the mean final loss +- the seeds' sample standard deviation, and
+the gap +- its standard error from the paired per-seed differences ``d_s = final_s - base_s`` (seed
+``s`` gives both runs the same initial weights and batches): ``100 std(d) / sqrt(n) / mean_base``. ``plot(result, path)`` writes the PNG with matplotlib when it is installed;
 otherwise with a small built-in rasterizer (``zlib`` + the PNG chunk format: axes, one coloured
 polyline per run of its moving-average loss, a colour key in the legend strip, no text).
 Returns which writer was used.
@@ -12,7 +14,7 @@ import struct
 import zlib
 from typing import List
 
-__all__ = ["table", "plot", "smooth"]
+__all__ = ["table", "plot", "smooth", "paired_se_pct"]
 
 COLORS = [(0, 0, 0), (31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14),
           (140, 86, 75), (227, 119, 194)]
@@ -30,6 +32,17 @@ def smooth(xs: List[float], k: int = 0) -> List[float]:
     return out
 
 
+def paired_se_pct(run: dict, base: dict):
+    """Standard error (in % of the baseline) of the mean per-seed gap; None under two seeds."""
+    a, b = run.get("final_losses"), base.get("final_losses")
+    if not a or not b or len(a) != len(b) or len(a) < 2:
+        return None
+    d = [x - y for x, y in zip(a, b)]
+    m = sum(d) / len(d)
+    sd = (sum((x - m) ** 2 for x in d) / (len(d) - 1)) ** 0.5
+    return 100 * sd / len(d) ** 0.5 / base["final_loss"]
+
+
 def _fmt(v, spec):
     return "-" if v is None else format(v, spec)
 
@@ -39,20 +52,28 @@ def table(result: dict) -> str:
     base = result["config"].get("baseline", "bf16")
     cols = ("format", "final loss", f"gap vs {base}", "val loss", "tokens/s", "peak MiB", "note")
     rows = []
+    b = runs[0]
     for r in runs:
         if r.get("error"):
             rows.append((r["format"], "-", "-", "-", "-", "-", r["error"][:60]))
             continue
-        gap = r.get("gap_pct")
-        rows.append((r["format"], _fmt(r["final_loss"], ".4f"), "-" if r["format"] == base else _fmt(gap, "+.2f") + "%",
+        gap, final = r.get("gap_pct"), _fmt(r["final_loss"], ".4f")
+        gap_s = "-" if r["format"] == base else _fmt(gap, "+.2f") + "%"
+        if r.get("final_std") is not None:
+            final += f" +-{r['final_std']:.4f}"
+            se = paired_se_pct(r, b)
+            if r["format"] != base and se is not None and gap is not None:
+                gap_s += f" +-{se:.2f}"
+        rows.append((r["format"], final, gap_s,
                      _fmt(r["val_loss"], ".4f"), _fmt(r["tokens_per_s"], ",.0f"), _fmt(r.get("peak_mem_mb"), ",.0f"),
                      f"{r['converted_layers']} layers converted" if r["format"] != base else "baseline"))
     widths = [max(len(c), *(len(x[i]) for x in rows)) for i, c in enumerate(cols)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(x, widths)) for x in rows]
     c = result["config"]
+    seeds = f"; mean of {c['seeds']} seeds" if c.get("seeds", 1) > 1 else ""
     lines.append(f"({c['size']} GPT, {c['steps']} steps x {c['batch']}x{c['seq_len']} tokens on {c['device']}; "
-                 "final loss = mean training loss over the last 10% of steps)")
+                 f"final loss = mean training loss over the last 10% of steps{seeds})")
     return "\n".join(lines)
 
 

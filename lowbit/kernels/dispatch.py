@@ -19,9 +19,11 @@ aten = torch.ops.aten
 __all__ = ["scaled_mm"]
 
 
-def scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias=None, backend: str = "auto") -> torch.Tensor:
+def scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias=None, backend: str = "auto",
+              fast_accum: bool = False) -> torch.Tensor:
     """``a @ b (+ bias)`` with a ``(M, K)``, b ``(K, N)`` lowbit tensors (a may be a plain tensor),
-    on ``backend`` ("auto", "torch", or "triton" once registered)."""
+    on ``backend`` ("auto", "torch", or "triton" once registered). ``fast_accum``: allow one long
+    tensor-core accumulation without FP32 promotion (a request; exact backends ignore it)."""
     if not isinstance(b, LowbitTensor):
         raise TypeError(f"scaled_mm: b must be an FP8Tensor or FP4Tensor, got {type(b).__name__}")
     if not isinstance(a, torch.Tensor):
@@ -32,7 +34,10 @@ def scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias=None, backend: 
         raise ValueError(f"scaled_mm: operands on {a.device} and {b.device}")
     if out_dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise TypeError(f"scaled_mm: out_dtype must be float32/bfloat16/float16, got {out_dtype}")
-    return BACKENDS.select(backend, a, b, out_dtype, bias).scaled_mm(a, b, out_dtype, bias)
+    be = BACKENDS.select(backend, a, b, out_dtype, bias)
+    if fast_accum:
+        return be.scaled_mm(a, b, out_dtype, bias, fast_accum=True)
+    return be.scaled_mm(a, b, out_dtype, bias)
 
 
 def _out_dtype(a, b):

@@ -1,31 +1,40 @@
-"""FP4 GEMMs on Hopper (no FP4 tensor cores): dequantize in the kernel, exactly.
+"""FP4 GEMMs on Hopper (no FP4 tensor cores): FP4 decoded to bf16 in the kernel, exactly.
 
 Operands are ``FP4Tensor``s packed along K (A: ``(M, K)``; B: ``weight.t()``, storage ``(N, K/2)``).
+An element is ``a_k = e2m1_k * s_b(k)`` (``s_b``: the UE4M3 or E8M0 scale of its block), times the
+fp32 tensor scale ``g`` for NV.
 
-* **NVFP4 x NVFP4** (``_nvfp4_mm_kernel``): ``e2m1 * ue4m3`` has at most 6 significant bits and
-  lies in ``[2^-10, 2688]``, so it is exact in bf16; both tiles are dequantized to bf16, ``tl.dot``
-  accumulates in fp32 and the epilogue applies the FP32 tensor scales:
-  ``C = (sum_k a'_k b'_k) * (gA * gB) (+ bias)``.
-* **MXFP4 x MXFP4** (``_mxfp4_mm_kernel``): an E2M1 value is exact in E4M3, so each 32-element
-  block is an FP8 ``tl.dot`` (fresh accumulator) whose result is scaled by the two E8M0 scales
-  (exact powers of two) and added to the fp32 sum: what a block-scaled FP4 MMA computes, up to
-  accumulation order.
-* **Weight-only** (``_fp4_weight_only_kernel``): bf16 (or fp16, NV only) activations ``(M, K)``
-  times an NV or MX FP4 weight. Decode shapes (small M) are memory-bound on the weight (1/4 of the
-  bf16 bytes): the kernel computes ``C^T = W' @ A^T`` (the dequantized weight is the MMA's register
-  operand), splits K over ``SPLIT_K`` programs and ``_splitk_reduce_kernel`` adds the fp32
-  partials in split order (deterministic), then applies the tensor scale and bias.
+* **FP4 x FP4, NV or MX** (``_fp4_mm_kernel``): both tiles are decoded straight to bf16 and
+  accumulated once in fp32: ``C = (sum_k a_k b_k) (* gA gB for NV) (+ bias)``. The decode is
+  exact: NV ``e2m1 * ue4m3`` has at most 6 significant bits in ``[2^-10, 2688]``; MX
+  ``e2m1 * 2^k`` is a 2-bit significand, exact in bf16 (subnormals included) wherever it is finite
+  in fp32, so MX needs no promotion per 32-block (the scale is inside the operand). Out of range
+  (E8M0 ``k = 126, 127`` with ``|e2m1| >= 4, 2``) the operand is inf, and a NaN scale (0xFF) gives
+  NaN: exactly what the torch backend's fp32 dequantization gives. A K step is ONE ``tl.dot``
+  (``_decode_cat``, slot-major K order, see below).
+* **Weight-only** (``_fp4_weight_only_kernel``): bf16 (or fp16, NV only) activations times an NV
+  or MX FP4 weight as ``C^T = W' @ X^T`` (the decoded weight is the wgmma register operand), K
+  split over ``SPLIT_K`` programs; ``_splitk_reduce_kernel`` adds the fp32 partials in split order
+  (deterministic), then applies the tensor scale and bias. The activation tile is one contiguous
+  load per K step.
+* All loads stream: with ``EVEN_K`` (K a multiple of the K tile) no load is masked, so the packed
+  words and activations become asynchronous copies in the pipeline, and the block scales (too
+  narrow for those copies) are prefetched one K step ahead by hand.
 
 Decoding works on 32-bit words of 8 packed elements: ``W'_j`` holds element ``j`` of every word
 (elements ``8w + j``), and ``sum_k a_k b_k = sum_j sum_w a_(8w+j) b_(8w+j)``: the same products in
-another summation order, so no shuffle is ever needed. On CUDA (sm_90, bf16) the decode is PTX on
-packed registers (``_decode_words``): the nibble ``s.eem`` placed at bf16 bits 15 / 8..6 is
-``e2m1 * 2^-126``, then one ``mul.bf16x2`` by the scale (NV folds ``2^118`` into the UE4M3 scale
-and ``2^8`` into the epilogue; MX multiplies by ``2^126`` first); both are exact. The portable path
-(interpreter, sm_89, fp16) computes the same values as ``fp32(e2m1) * fp32(scale)``.
+another summation order, so no shuffle is ever needed. The 8 slots are concatenated along K
+(column ``j WORDS + w`` = element ``8w + j``, for both operands alike): in the wgmma register
+layout that only renames registers. On CUDA (sm_90, bf16) the decode is PTX on packed registers
+(``_decode_words``): the nibble ``s.eem`` placed at bf16 bits 15 / 8..6 is ``e2m1 * 2^-126``,
+then one ``mul.bf16x2`` by the scale (NV folds ``2^118`` into the UE4M3 scale and ``2^8`` into the
+epilogue; MX multiplies by ``2^126`` first); both are exact (IEEE: overflow gives inf, NaN stays
+NaN). The portable path (interpreter, sm_89, fp16) computes the same values as
+``fp32(e2m1) * fp32(scale)``.
 
-Error bound (fp32-accumulating machine): ``|C - C*| <= gamma_(K + n + 2) sum_k |a_k b_k|`` against
-the exact product of the dequantized operands (``n`` = number of 32-blocks for MX, 1 otherwise).
+Error bound (fp32 accumulation, any summation order and K split): ``|C - C*| <= gamma_(K + 3)
+sum_k |a_k b_k|`` against the exact product ``C*`` of the dequantized operands (``gemm_bound`` with
+one chunk); with a bias or a bf16/fp16 output, one more rounding each.
 """
 from __future__ import annotations
 
@@ -50,15 +59,6 @@ def _e2m1_to_fp32(c):
     m = c & 7
     bits = tl.where(m >= 2, (m + 252) << 22, tl.where(m == 1, 0x3F000000, 0))  # 1.0 = 254 << 22
     return (bits | ((c & 8) << 28)).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _e2m1_to_e4m3(c):
-    """E2M1 code -> the E4M3 byte of the same value (exact: 0.5 -> 0x30, m >= 2 -> 4m + 0x30)."""
-    c = c.to(tl.int32)
-    m = c & 7
-    byte = tl.where(m >= 2, (m << 2) + 0x30, tl.where(m == 1, 0x30, 0)) | ((c & 8) << 4)
-    return byte.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
 
 
 def _asm_byte(b: int) -> str:
@@ -104,91 +104,107 @@ def _decode_words(w, s, MX: tl.constexpr, ASM: tl.constexpr, DTYPE: tl.constexpr
 
 
 @triton.jit
-def _load_words(q_ptr, s_ptr, rows, stride_q, stride_s, k0, K, WORDS: tl.constexpr,
-                SBLOCK: tl.constexpr, SROWS: tl.constexpr, MX: tl.constexpr):
-    """Packed words ``(R, WORDS)`` of ``rows`` from element ``k0`` and each word's fp32 block scale
-    (one load per block, broadcast over its ``SBLOCK / 8`` words)."""
+def _scale_bytes(s_ptr, rows, stride_s, k0, K, WORDS: tl.constexpr, SBLOCK: tl.constexpr,
+                 SROWS: tl.constexpr, EVEN_K: tl.constexpr):
+    """Block-scale bytes ``(R, WORDS / (SBLOCK / 8))`` of ``rows`` for the K tile starting at ``k0``."""
+    blk = k0 // SBLOCK + tl.arange(0, WORDS // (SBLOCK // 8))
+    ptrs = s_ptr + (rows // SROWS)[:, None] * stride_s + blk[None, :]
+    if EVEN_K:
+        return tl.load(ptrs)
+    else:
+        return tl.load(ptrs, mask=(blk < tl.cdiv(K, SBLOCK))[None, :], other=0)
+
+
+@triton.jit
+def _word_scales(s, WORDS: tl.constexpr, SBLOCK: tl.constexpr, MX: tl.constexpr):
+    """Scale bytes (E8M0 or UE4M3) -> fp32, broadcast over each block's ``SBLOCK / 8`` words."""
     PER: tl.constexpr = SBLOCK // 8
-    wi = k0 // 8 + tl.arange(0, WORDS)
-    w = tl.load(q_ptr + rows[:, None] * stride_q + wi[None, :], mask=(wi < K // 8)[None, :], other=0)
-    blk = k0 // SBLOCK + tl.arange(0, WORDS // PER)
-    s = tl.load(s_ptr + (rows // SROWS)[:, None] * stride_s + blk[None, :],
-                mask=(blk < tl.cdiv(K, SBLOCK))[None, :], other=0)
     if MX:
         s = _e8m0_to_fp32(s)
     else:  # UE4M3 bytes
         s = s.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-    s = tl.reshape(tl.broadcast_to(s[:, :, None], (s.shape[0], WORDS // PER, PER)), (s.shape[0], WORDS))
-    return w, s
+    return tl.reshape(tl.broadcast_to(s[:, :, None], (s.shape[0], WORDS // PER, PER)), (s.shape[0], WORDS))
+
+
+@triton.jit
+def _words(q_ptr, rows, stride_q, k0, K, WORDS: tl.constexpr, EVEN_K: tl.constexpr):
+    """Packed words ``(R, WORDS)`` of ``rows`` from element ``k0`` (EVEN_K: the tile lies inside K,
+    no masks, so the load is contiguous and the pipeliner makes it an asynchronous copy)."""
+    wi = k0 // 8 + tl.arange(0, WORDS)
+    if EVEN_K:
+        return tl.load(q_ptr + rows[:, None] * stride_q + wi[None, :])
+    else:
+        return tl.load(q_ptr + rows[:, None] * stride_q + wi[None, :], mask=(wi < K // 8)[None, :], other=0)
+
+
+@triton.jit
+def _decode_cat(w, s, MX: tl.constexpr, ASM: tl.constexpr, DTYPE: tl.constexpr, R: tl.constexpr,
+                WORDS: tl.constexpr):
+    """Decoded words ``(R, WORDS)`` as one ``(R, 8 WORDS)`` operand in *slot-major* K order:
+    column ``j WORDS + w`` holds element ``8w + j``. In the wgmma register layout this
+    concatenation only renames registers (no shuffle, no shared memory: checked in the sm_90
+    TTGIR), so a K step is one ``tl.dot`` instead of 8 dots each waited for."""
+    t0, t1, t2, t3, t4, t5, t6, t7 = _decode_words(w, s, MX, ASM, DTYPE)
+    t = tl.join(tl.join(tl.join(t0, t4), tl.join(t2, t6)), tl.join(tl.join(t1, t5), tl.join(t3, t7)))
+    t = tl.reshape(t, (R, WORDS, 8))  # [r, w, 4a + 2b + c] = t_(4a+2b+c)[r, w]
+    return tl.reshape(tl.permute(t, (0, 2, 1)), (R, 8 * WORDS))
+
+
+@triton.jit
+def _x_tile(x_ptr, xrows, stride_xm, k0, K, WORDS: tl.constexpr, BLOCK_M: tl.constexpr,
+            EVEN_K: tl.constexpr, DOT_DTYPE: tl.constexpr):
+    """``X[m-tile, k0 : k0 + 8 WORDS]`` in one contiguous load, in the slot-major K order of
+    ``_decode_cat`` (column ``j WORDS + w`` = element ``k0 + 8w + j``)."""
+    wi = tl.arange(0, WORDS)
+    j = tl.arange(0, 8)
+    ptrs = x_ptr + xrows[:, None, None] * stride_xm + (k0 + 8 * wi)[None, :, None] + j[None, None, :]
+    if EVEN_K:
+        x = tl.load(ptrs)
+    else:
+        x = tl.load(ptrs, mask=(k0 + 8 * wi < K)[None, :, None], other=0.0)
+    return tl.reshape(tl.permute(x.to(DOT_DTYPE), (0, 2, 1)), (BLOCK_M, 8 * WORDS))
 
 
 # ---- kernels ---------------------------------------------------------------------------------------
 @triton.jit
-def _nvfp4_mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, sa_ptr, sb_ptr, ga_ptr, gb_ptr, M, N, K,
-                     stride_a, stride_b, stride_sa, stride_sb, stride_cm, stride_cn,
-                     SA_ROWS: tl.constexpr, SB_ROWS: tl.constexpr, HAS_BIAS: tl.constexpr,
-                     ASM: tl.constexpr, DOT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    """NVFP4 x NVFP4: words of both tiles decoded to bf16, 8 dots (one per element slot) into
-    fp32, tensor scales last. DOT_DTYPE: bf16 (fp32 under the interpreter, whose bf16 ``tl.dot``
-    is wrong in triton 3.9)."""
+def _fp4_mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, sa_ptr, sb_ptr, ga_ptr, gb_ptr, M, N, K,
+                   stride_a, stride_b, stride_sa, stride_sb, stride_cm, stride_cn,
+                   SBLOCK: tl.constexpr, SA_ROWS: tl.constexpr, SB_ROWS: tl.constexpr, MX: tl.constexpr,
+                   HAS_BIAS: tl.constexpr, ASM: tl.constexpr, EVEN_K: tl.constexpr, DOT_DTYPE: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    """FP4 x FP4 (NV or MX): both tiles decoded straight to bf16 (``e2m1 * s`` is exact in bf16 for
+    UE4M3 and for every E8M0 ``s`` whose product is finite in fp32), one dot per K step into one
+    fp32 accumulator, NV tensor scales last. MX needs no per-block promotion: the E8M0 scale is
+    inside the operand. ``e2m1 * 2^k`` past fp32's range is inf, a NaN scale (0xFF) gives NaN: what the
+    torch backend's fp32 dequantization gives."""
     pid_m, pid_n = _tile_coords(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
     rows = tl.minimum(off_m + tl.arange(0, BLOCK_M), M - 1)
     cols = tl.minimum(off_n + tl.arange(0, BLOCK_N), N - 1)
+    WORDS: tl.constexpr = BLOCK_K // 8
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # scales are prefetched one K step ahead by hand: tiles of 1-2 bytes per thread are too narrow
+    # for the pipeliner's asynchronous copies and would stall every step (the words are pipelined)
+    sa_next = _scale_bytes(sa_ptr, rows, stride_sa, 0, K, WORDS, SBLOCK, SA_ROWS, EVEN_K)
+    sb_next = _scale_bytes(sb_ptr, cols, stride_sb, 0, K, WORDS, SBLOCK, SB_ROWS, EVEN_K)
     for k0 in range(0, K, BLOCK_K):
-        wa, sa = _load_words(a_ptr, sa_ptr, rows, stride_a, stride_sa, k0, K, BLOCK_K // 8, 16, SA_ROWS, False)
-        wb, sb = _load_words(b_ptr, sb_ptr, cols, stride_b, stride_sb, k0, K, BLOCK_K // 8, 16, SB_ROWS, False)
-        a0, a1, a2, a3, a4, a5, a6, a7 = _decode_words(wa, sa, False, ASM, DOT_DTYPE)
-        b0, b1, b2, b3, b4, b5, b6, b7 = _decode_words(wb, sb, False, ASM, DOT_DTYPE)
-        acc = tl.dot(a0, tl.trans(b0), acc)
-        acc = tl.dot(a1, tl.trans(b1), acc)
-        acc = tl.dot(a2, tl.trans(b2), acc)
-        acc = tl.dot(a3, tl.trans(b3), acc)
-        acc = tl.dot(a4, tl.trans(b4), acc)
-        acc = tl.dot(a5, tl.trans(b5), acc)
-        acc = tl.dot(a6, tl.trans(b6), acc)
-        acc = tl.dot(a7, tl.trans(b7), acc)
-    g = tl.load(ga_ptr) * tl.load(gb_ptr)
-    if ASM:
-        acc = acc * 65536.0  # both operands came out times 2^-8 (exact)
-    _store_tile(c_ptr, bias_ptr, acc * g, off_m, off_n, M, N, stride_cm, stride_cn, HAS_BIAS,
-                BLOCK_M, BLOCK_N)
-
-
-@triton.jit
-def _mxfp4_mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N, K,
-                     stride_a, stride_b, stride_sa, stride_sb, stride_cm, stride_cn,
-                     SBLOCK: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """MXFP4 x MXFP4: per SBLOCK-element block, an E4M3 dot scaled by 2^(ea + eb) into fp32."""
-    pid_m, pid_n = _tile_coords(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    off_m = pid_m * BLOCK_M
-    off_n = pid_n * BLOCK_N
-    rows = tl.minimum(off_m + tl.arange(0, BLOCK_M), M - 1)
-    cols = tl.minimum(off_n + tl.arange(0, BLOCK_N), N - 1)
-    kb = tl.arange(0, SBLOCK // 2)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, SBLOCK):
-        kmask = (k0 // 2 + kb < K // 2)[None, :]
-        pa = tl.load(a_ptr + rows[:, None] * stride_a + (k0 // 2 + kb)[None, :], mask=kmask, other=0)
-        pb = tl.load(b_ptr + cols[:, None] * stride_b + (k0 // 2 + kb)[None, :], mask=kmask, other=0)
-        # interleave both operands the same way: element order inside the block is irrelevant
-        a = tl.reshape(tl.join(_e2m1_to_e4m3(pa & 15), _e2m1_to_e4m3(pa >> 4)), (BLOCK_M, SBLOCK))
-        b = tl.reshape(tl.join(_e2m1_to_e4m3(pb & 15), _e2m1_to_e4m3(pb >> 4)), (BLOCK_N, SBLOCK))
-        sa = _e8m0_to_fp32(tl.load(sa_ptr + rows * stride_sa + k0 // SBLOCK))
-        sb = _e8m0_to_fp32(tl.load(sb_ptr + cols * stride_sb + k0 // SBLOCK))
-        acc += tl.dot(a, tl.trans(b)) * (sa[:, None] * sb[None, :])
-    _store_tile(c_ptr, bias_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, HAS_BIAS,
-                BLOCK_M, BLOCK_N)
-
-
-@triton.jit
-def _x_slot(xb, j: tl.constexpr, kmask, DOT_DTYPE: tl.constexpr):
-    """Activations of element slot j: ``X[m, k0 + 8w + j]`` as ``(WORDS, BLOCK_M)``."""
-    return tl.load(xb + j, mask=kmask, other=0.0).to(DOT_DTYPE)
+        sa = sa_next
+        sb = sb_next
+        k_next = tl.minimum(k0 + BLOCK_K, K - BLOCK_K) if EVEN_K else k0 + BLOCK_K  # stays in bounds
+        sa_next = _scale_bytes(sa_ptr, rows, stride_sa, k_next, K, WORDS, SBLOCK, SA_ROWS, EVEN_K)
+        sb_next = _scale_bytes(sb_ptr, cols, stride_sb, k_next, K, WORDS, SBLOCK, SB_ROWS, EVEN_K)
+        wa = _words(a_ptr, rows, stride_a, k0, K, WORDS, EVEN_K)
+        wb = _words(b_ptr, cols, stride_b, k0, K, WORDS, EVEN_K)
+        a = _decode_cat(wa, _word_scales(sa, WORDS, SBLOCK, MX), MX, ASM, DOT_DTYPE, BLOCK_M, WORDS)
+        b = _decode_cat(wb, _word_scales(sb, WORDS, SBLOCK, MX), MX, ASM, DOT_DTYPE, BLOCK_N, WORDS)
+        acc = tl.dot(a, tl.trans(b), acc)
+    if not MX:
+        g = tl.load(ga_ptr) * tl.load(gb_ptr)
+        if ASM:
+            acc = acc * 65536.0  # both operands came out times 2^-8 (exact)
+        acc = acc * g
+    _store_tile(c_ptr, bias_ptr, acc, off_m, off_n, M, N, stride_cm, stride_cn, HAS_BIAS, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
@@ -196,9 +212,11 @@ def _fp4_weight_only_kernel(x_ptr, w_ptr, s_ptr, g_ptr, c_ptr, part_ptr, bias_pt
                             stride_xm, stride_w, stride_s, stride_cm, stride_cn,
                             SBLOCK: tl.constexpr, SROWS: tl.constexpr, MX: tl.constexpr,
                             SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, ASM: tl.constexpr,
-                            DOT_DTYPE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
-                            BLOCK_K: tl.constexpr):
-    """``C^T[n-tile, m-tile] = W'[n-tile, k-range] @ X[m-tile, k-range]^T`` for one K split.
+                            EVEN_K: tl.constexpr, DOT_DTYPE: tl.constexpr, BLOCK_N: tl.constexpr,
+                            BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``C^T[n-tile, m-tile] = W'[n-tile, k-range] @ X[m-tile, k-range]^T`` for one K split, one dot
+    per K step (the activation tile is one contiguous load; EVEN_K drops every mask, so words,
+    scales and activations all stream).
 
     SPLIT_K == 1: epilogue (tensor scale, bias, cast) and store C. Else: fp32 partials into
     ``part[pid_k]`` (shape (SPLIT_K, M, N)) for ``_splitk_reduce_kernel``. DOT_DTYPE: X's dtype
@@ -212,21 +230,19 @@ def _fp4_weight_only_kernel(x_ptr, w_ptr, s_ptr, g_ptr, c_ptr, part_ptr, bias_pt
     k_per = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
     k_lo = pid_k * k_per
     k_hi = tl.minimum(k_lo + k_per, K)
-    wi = tl.arange(0, BLOCK_K // 8)
+    WORDS: tl.constexpr = BLOCK_K // 8
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    # clamped: a split starting past K (a forced split_k) runs no step but must not read past K
+    k_first = tl.minimum(k_lo, K - BLOCK_K) if EVEN_K else k_lo
+    s_next = _scale_bytes(s_ptr, cols, stride_s, k_first, K, WORDS, SBLOCK, SROWS, EVEN_K)
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        w, s = _load_words(w_ptr, s_ptr, cols, stride_w, stride_s, k0, K, BLOCK_K // 8, SBLOCK, SROWS, MX)
-        w0, w1, w2, w3, w4, w5, w6, w7 = _decode_words(w, s, MX, ASM, DOT_DTYPE)
-        xb = x_ptr + xrows[None, :] * stride_xm + (k0 + 8 * wi)[:, None]
-        kmask = (k0 + 8 * wi < K)[:, None]
-        acc = tl.dot(w0, _x_slot(xb, 0, kmask, DOT_DTYPE), acc)
-        acc = tl.dot(w1, _x_slot(xb, 1, kmask, DOT_DTYPE), acc)
-        acc = tl.dot(w2, _x_slot(xb, 2, kmask, DOT_DTYPE), acc)
-        acc = tl.dot(w3, _x_slot(xb, 3, kmask, DOT_DTYPE), acc)
-        acc = tl.dot(w4, _x_slot(xb, 4, kmask, DOT_DTYPE), acc)
-        acc = tl.dot(w5, _x_slot(xb, 5, kmask, DOT_DTYPE), acc)
-        acc = tl.dot(w6, _x_slot(xb, 6, kmask, DOT_DTYPE), acc)
-        acc = tl.dot(w7, _x_slot(xb, 7, kmask, DOT_DTYPE), acc)
+        s = s_next  # prefetched one K step ahead (see _fp4_mm_kernel)
+        k_next = tl.minimum(k0 + BLOCK_K, K - BLOCK_K) if EVEN_K else k0 + BLOCK_K
+        s_next = _scale_bytes(s_ptr, cols, stride_s, k_next, K, WORDS, SBLOCK, SROWS, EVEN_K)
+        w = _words(w_ptr, cols, stride_w, k0, K, WORDS, EVEN_K)
+        wc = _decode_cat(w, _word_scales(s, WORDS, SBLOCK, MX), MX, ASM, DOT_DTYPE, BLOCK_N, WORDS)
+        x = _x_tile(x_ptr, xrows, stride_xm, k0, K, WORDS, BLOCK_M, EVEN_K, DOT_DTYPE)
+        acc = tl.dot(wc, tl.trans(x), acc)
     if ASM and not MX:
         acc = acc * 256.0  # undo the 2^-8 of the NV decode (exact)
     offs_n = off_n + tl.arange(0, BLOCK_N)
@@ -263,20 +279,22 @@ def _cfg(warps, stages, **kw):
     return triton.Config(kw, num_warps=warps, num_stages=stages)
 
 
-# BLOCK_K >= 128: each of the 8 per-slot dots then has K = BLOCK_K / 8 >= 16.
-_NV_CONFIGS = [_cfg(8, 3, BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8),
-               _cfg(8, 3, BLOCK_M=128, BLOCK_N=128, BLOCK_K=256, GROUP_M=8),
+# BLOCK_K = 128 keeps the dequantized A tile at 32-64 registers a thread (ptxas, sm_90a: 128x128
+# with 8 warps 187 registers, 128x256 255, no spills); it holds whole scale blocks (16 .. 128).
+_MM_CONFIGS = [_cfg(8, 3, BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8),
+               _cfg(8, 3, BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_M=8),
+               _cfg(8, 4, BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8),
                _cfg(4, 4, BLOCK_M=64, BLOCK_N=128, BLOCK_K=128, GROUP_M=8)]
-_MX_CONFIGS = [_cfg(8, 3, BLOCK_M=128, BLOCK_N=128, GROUP_M=8), _cfg(4, 4, BLOCK_M=64, BLOCK_N=128, GROUP_M=8)]
-# weight-only: BLOCK_M is the MMA's N (16 covers decode); split-K fills the GPU when M is small.
-# Checked with ptxas (sm_90a): BLOCK_N = 128 keeps the decode at ~4.5 instructions per weight.
-_WO_CONFIGS = [_cfg(4, 3, BLOCK_N=128, BLOCK_M=16, BLOCK_K=256, SPLIT_K=4),
-               _cfg(4, 4, BLOCK_N=128, BLOCK_M=16, BLOCK_K=128, SPLIT_K=4),
-               _cfg(4, 3, BLOCK_N=128, BLOCK_M=16, BLOCK_K=256, SPLIT_K=8),
-               _cfg(4, 4, BLOCK_N=128, BLOCK_M=16, BLOCK_K=256, SPLIT_K=2),
-               _cfg(4, 4, BLOCK_N=128, BLOCK_M=64, BLOCK_K=128, SPLIT_K=2),
-               _cfg(4, 4, BLOCK_N=128, BLOCK_M=64, BLOCK_K=128, SPLIT_K=1),
-               _cfg(8, 3, BLOCK_N=128, BLOCK_M=128, BLOCK_K=128, SPLIT_K=1)]
+# weight-only: BLOCK_M is the MMA's N (16 covers decode); decode shapes stream the weight and
+# SPLIT_K x N / BLOCK_N programs fill the 132 SMs.
+_WO_CONFIGS = [_cfg(4, 4, BLOCK_N=128, BLOCK_M=16, BLOCK_K=128, SPLIT_K=4),
+               _cfg(4, 4, BLOCK_N=64, BLOCK_M=16, BLOCK_K=256, SPLIT_K=4),
+               _cfg(4, 3, BLOCK_N=128, BLOCK_M=16, BLOCK_K=256, SPLIT_K=2),
+               _cfg(4, 4, BLOCK_N=128, BLOCK_M=16, BLOCK_K=128, SPLIT_K=8),
+               _cfg(4, 4, BLOCK_N=64, BLOCK_M=64, BLOCK_K=128, SPLIT_K=2),
+               _cfg(8, 3, BLOCK_N=128, BLOCK_M=128, BLOCK_K=128, SPLIT_K=1),
+               _cfg(8, 3, BLOCK_N=128, BLOCK_M=128, BLOCK_K=128, SPLIT_K=2),
+               _cfg(4, 4, BLOCK_N=64, BLOCK_M=128, BLOCK_K=128, SPLIT_K=1)]
 _WO_MAX_SPLIT = max(c.kwargs["SPLIT_K"] for c in _WO_CONFIGS)
 
 
@@ -290,41 +308,41 @@ def _prune_mn(configs, named_args, **kw):
 
 def _prune_wo(configs, named_args, **kw):
     """Decode (M <= 16): BLOCK_M = 16 with split-K; M <= 64: BLOCK_M = 64; larger: 128. Each split
-    keeps at least two BLOCK_K steps."""
+    keeps at least two BLOCK_K steps; BLOCK_K holds whole scale blocks."""
     M, K = named_args["M"], named_args["K"]
+    sblock = kw.get("SBLOCK", named_args.get("SBLOCK", 16))  # constexprs come as keywords
     want = 16 if M <= 16 else 64 if M <= 64 else 128
-    keep = [c for c in configs if c.kwargs["BLOCK_M"] == want
+    keep = [c for c in configs if c.kwargs["BLOCK_M"] == want and c.kwargs["BLOCK_K"] % sblock == 0
             and K >= 2 * c.kwargs["SPLIT_K"] * c.kwargs["BLOCK_K"]]
     return keep or [_cfg(4, 4, BLOCK_N=128, BLOCK_M=min(want, 64), BLOCK_K=128, SPLIT_K=1)]
 
 
-_NV_TUNED = triton.autotune(_NV_CONFIGS, key=["M", "N", "K", "SA_ROWS", "SB_ROWS", "HAS_BIAS", "ASM"],
-                            prune_configs_by={"early_config_prune": _prune_mn})(_nvfp4_mm_kernel)
-_MX_TUNED = triton.autotune(_MX_CONFIGS, key=["M", "N", "K", "SBLOCK", "HAS_BIAS"],
-                            prune_configs_by={"early_config_prune": _prune_mn})(_mxfp4_mm_kernel)
+_EVEN_K = triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0})
+_MM_TUNED = triton.autotune(_MM_CONFIGS, key=["M", "N", "K", "SBLOCK", "SA_ROWS", "SB_ROWS", "MX", "HAS_BIAS", "ASM"],
+                            prune_configs_by={"early_config_prune": _prune_mn})(_EVEN_K(_fp4_mm_kernel))
 _WO_TUNED = triton.autotune(_WO_CONFIGS, key=["M", "N", "K", "SBLOCK", "SROWS", "MX", "HAS_BIAS", "ASM"],
-                            prune_configs_by={"early_config_prune": _prune_wo})(_fp4_weight_only_kernel)
+                            prune_configs_by={"early_config_prune": _prune_wo})(_EVEN_K(_fp4_weight_only_kernel))
 
 
 def last_config() -> dict:
     """Configurations the autotuners chose, per kernel and (M, N, K)."""
     out = {}
-    for name, tuner in (("nvfp4", _NV_TUNED), ("mxfp4", _MX_TUNED), ("weight_only", _WO_TUNED)):
+    for name, tuner in (("fp4_mm", _MM_TUNED), ("fp4_weight_only", _WO_TUNED)):
         for key, cfg in getattr(tuner, "cache", {}).items():
             out[f"{name}{tuple(key)}"] = str(cfg)
     return out
 
 
 # ---- launchers -------------------------------------------------------------------------------------
-def _storage(t, words: bool):
-    """(packed data (R, K/2) bytes or (R, K/8) int32 words, block scale bytes (R/rows, K/cols),
-    block rows, block cols), in storage orientation (along K)."""
+def _storage(t):
+    """(packed words (R, K/8) int32, block scale bytes (R/rows, K/cols), block rows, block cols),
+    in storage orientation (along K)."""
     q, s = t._qdata, t._scale.view(torch.uint8)  # E8M0 / UE4M3 bytes, decoded in the kernel
-    if q.stride(-1) != 1 or (words and (q.stride(0) % 4 or q.data_ptr() % 4)):
+    if q.stride(-1) != 1 or q.stride(0) % 4 or q.data_ptr() % 4:
         q = q.contiguous()
     if s.stride(-1) != 1:
         s = s.contiguous()
-    return (q.view(torch.int32) if words else q), s, t._block.rows, t._block.cols
+    return q.view(torch.int32), s, t._block.rows, t._block.cols
 
 
 def _fp4_layout(t, name: str) -> Optional[str]:
@@ -339,8 +357,8 @@ def _fp4_layout(t, name: str) -> Optional[str]:
     rows, cols = t._block.rows, t._block.cols
     if t.kind == "nv" and (cols != 16 or rows not in (1, 16)):
         return "NV blocks must be 1x16 or 16x16 along K"
-    if t.kind == "mx" and (rows != 1 or cols % 32):
-        return "MX blocks must be 1 x (a multiple of 32) along K"
+    if t.kind == "mx" and (rows != 1 or cols not in (32, 64, 128)):
+        return "MX blocks must be 1 x 32, 64 or 128 along K"
     return None
 
 
@@ -394,8 +412,8 @@ def _interp(cfg: dict):
 
 def fp4_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[torch.Tensor] = None,
                   *, fast_dequant: Optional[bool] = None) -> torch.Tensor:
-    """``a @ b (+ bias)`` for FP4Tensors (NV x NV or MX x MX), ``a`` (M, K), ``b = weight.t()``.
-    ``fast_dequant`` (NV): the PTX decode (default on sm_90) or the portable one."""
+    """``a @ b (+ bias)`` for FP4Tensors (NV x NV or MX x MX), ``a`` (M, K), ``b = weight.t()``
+    (``_fp4_mm_kernel``). ``fast_dequant``: the PTX decode (default on sm_90) or the portable one."""
     why = fp4_support(a, b)
     if why:
         raise ValueError(f"fp4_scaled_mm: {why}")
@@ -404,36 +422,33 @@ def fp4_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[t
     c = torch.empty((M, N), dtype=_store_dtype(out_dtype), device=a.device)
     if M == 0 or N == 0:
         return c.to(out_dtype)
-    words = a.kind == "nv"
-    qa, sa, ra, _ = _storage(a, words)
-    qb, sb, rb, blk = _storage(b, words)
+    qa, sa, ra, _ = _storage(a)
+    qb, sb, rb, blk = _storage(b)
     bias_t = bias.contiguous() if bias is not None else c
+    asm = _use_asm(a.device, torch.bfloat16) if fast_dequant is None else fast_dequant
+    bk = max(64, blk)  # the interpreter's K tile
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
-    if a.kind == "nv":
-        asm = _use_asm(a.device, torch.bfloat16) if fast_dequant is None else fast_dequant
-        runnable(_NV_TUNED)[grid](qa, qb, c, bias_t, sa, sb, a._global_scale, b._global_scale, M, N, K,
-                                  qa.stride(0), qb.stride(0), sa.stride(0), sb.stride(0), c.stride(0),
-                                  c.stride(1), SA_ROWS=ra, SB_ROWS=rb, HAS_BIAS=bias is not None, ASM=asm,
-                                  DOT_DTYPE=tl.float32 if interpreting() else tl.bfloat16,
-                                  **_interp(dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=64, GROUP_M=2)))
-    else:
-        runnable(_MX_TUNED)[grid](qa, qb, c, bias_t, sa, sb, M, N, K, qa.stride(0), qb.stride(0),
-                                  sa.stride(0), sb.stride(0), c.stride(0), c.stride(1), SBLOCK=blk,
-                                  HAS_BIAS=bias is not None,
-                                  **_interp(dict(BLOCK_M=32, BLOCK_N=32, GROUP_M=2)))
+    runnable(_MM_TUNED)[grid](qa, qb, c, bias_t, sa, sb, a._global_scale, b._global_scale, M, N, K,
+                              qa.stride(0), qb.stride(0), sa.stride(0), sb.stride(0), c.stride(0), c.stride(1),
+                              SBLOCK=blk, SA_ROWS=ra, SB_ROWS=rb, MX=a.kind == "mx", HAS_BIAS=bias is not None,
+                              ASM=asm, DOT_DTYPE=_dot_dtype(torch.bfloat16),
+                              **_interp(dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=bk, GROUP_M=2, EVEN_K=K % bk == 0)))
     return c.to(out_dtype)
 
 
 def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = None,
                        bias: Optional[torch.Tensor] = None, *, fast_dequant: Optional[bool] = None,
                        split_k: Optional[int] = None) -> torch.Tensor:
-    """``a @ b (+ bias)`` with bf16/fp16 activations ``a`` (M, K) and an FP4 weight ``b = w.t()``.
+    """``a @ b (+ bias)`` with bf16/fp16 activations ``a`` (M, K) and an FP4 weight ``b = w.t()``
+    (``_fp4_weight_only_kernel``, then ``_splitk_reduce_kernel`` when K is split).
 
     ``split_k`` forces a K split (with a single configuration); by default it is autotuned.
     ``fast_dequant``: the PTX decode (default on sm_90 with bf16 activations) or the portable one."""
     why = weight_only_support(a, b)
     if why:
         raise ValueError(f"fp4_weight_only_mm: {why}")
+    if split_k is not None and (isinstance(split_k, bool) or not isinstance(split_k, int) or split_k < 1):
+        raise ValueError(f"fp4_weight_only_mm: split_k must be a positive int, got {split_k!r}")
     out_dtype = out_dtype or a.dtype
     M, K = a.shape
     N = b.shape[1]
@@ -441,20 +456,22 @@ def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = No
     if M == 0 or N == 0:
         return c.to(out_dtype)
     x = a if a.stride(1) == 1 else a.contiguous()
-    qb, sb, rb, blk = _storage(b, True)
+    qb, sb, rb, blk = _storage(b)
     asm = _use_asm(a.device, a.dtype) if fast_dequant is None else (fast_dequant and a.dtype == torch.bfloat16)
     bias_t = bias.contiguous() if bias is not None else c
     fixed = {}
     if interpreting():
-        fixed = dict(BLOCK_N=32, BLOCK_M=16, BLOCK_K=64, SPLIT_K=split_k or 2)
+        fixed = dict(BLOCK_N=32, BLOCK_M=16, BLOCK_K=max(64, blk), SPLIT_K=split_k or 2)
     elif split_k is not None:
-        fixed = dict(BLOCK_N=128, BLOCK_M=16 if M <= 16 else 64, BLOCK_K=128, SPLIT_K=split_k,
+        fixed = dict(BLOCK_N=128, BLOCK_M=16 if M <= 16 else 64, BLOCK_K=max(128, blk), SPLIT_K=split_k,
                      num_warps=4, num_stages=4)
+    if fixed:
+        fixed["EVEN_K"] = K % fixed["BLOCK_K"] == 0
     max_split = fixed.get("SPLIT_K", _WO_MAX_SPLIT)
     part = torch.empty((max_split, M, N), dtype=torch.float32, device=a.device) if max_split > 1 else c
     grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]), meta["SPLIT_K"], triton.cdiv(M, meta["BLOCK_M"]))  # noqa: E731
-    kernel = _fp4_weight_only_kernel if fixed and not interpreting() else runnable(_WO_TUNED)
-    kernel[grid](x, qb, sb, b._global_scale, c, part, bias_t, M, N, K, x.stride(0), qb.stride(0),
+    launch = _fp4_weight_only_kernel if fixed and not interpreting() else runnable(_WO_TUNED)
+    launch[grid](x, qb, sb, b._global_scale, c, part, bias_t, M, N, K, x.stride(0), qb.stride(0),
                  sb.stride(0), c.stride(0), c.stride(1), SBLOCK=blk, SROWS=rb, MX=b.kind == "mx",
                  HAS_BIAS=bias is not None, ASM=asm, DOT_DTYPE=_dot_dtype(a.dtype), **fixed)
     split = fixed["SPLIT_K"] if fixed else _WO_TUNED.best_config.kwargs["SPLIT_K"]
@@ -468,24 +485,22 @@ def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = No
 
 # ---- sm_90 compile configurations for fma_guard ------------------------------------------------------
 _OUT = {"stride_cm": "i32", "stride_cn": "i32"}
+_MM_SIG = {"a_ptr": "*i32", "b_ptr": "*i32", "c_ptr": "*bf16", "bias_ptr": "*bf16", "sa_ptr": "*u8", "sb_ptr": "*u8",
+           "ga_ptr": "*fp32", "gb_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "stride_a": "i32",
+           "stride_b": "i32", "stride_sa": "i32", "stride_sb": "i32", **_OUT}
 SCAN_SPECS = (
-    {"kernel": _nvfp4_mm_kernel, "num_warps": 8, "num_stages": 3,
-     "signature": {"a_ptr": "*i32", "b_ptr": "*i32", "c_ptr": "*bf16", "bias_ptr": "*bf16", "sa_ptr": "*u8",
-                   "sb_ptr": "*u8", "ga_ptr": "*fp32", "gb_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
-                   "stride_a": "i32", "stride_b": "i32", "stride_sa": "i32", "stride_sb": "i32", **_OUT},
-     "constexprs": dict(SA_ROWS=1, SB_ROWS=16, HAS_BIAS=True, ASM=True, DOT_DTYPE=tl.bfloat16, BLOCK_M=128,
-                        BLOCK_N=128, BLOCK_K=128, GROUP_M=8)},
-    {"kernel": _mxfp4_mm_kernel, "num_warps": 4, "num_stages": 4,
-     "signature": {"a_ptr": "*u8", "b_ptr": "*u8", "c_ptr": "*bf16", "bias_ptr": "*bf16", "sa_ptr": "*u8",
-                   "sb_ptr": "*u8", "M": "i32", "N": "i32", "K": "i32", "stride_a": "i32", "stride_b": "i32",
-                   "stride_sa": "i32", "stride_sb": "i32", **_OUT},
-     "constexprs": dict(SBLOCK=32, HAS_BIAS=True, BLOCK_M=64, BLOCK_N=128, GROUP_M=8)},
-    {"kernel": _fp4_weight_only_kernel, "num_warps": 4, "num_stages": 3,
+    {"kernel": _fp4_mm_kernel, "num_warps": 8, "num_stages": 3, "signature": _MM_SIG,  # MX, streamed
+     "constexprs": dict(SBLOCK=32, SA_ROWS=1, SB_ROWS=1, MX=True, HAS_BIAS=True, ASM=True, EVEN_K=True,
+                        DOT_DTYPE=tl.bfloat16, BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8)},
+    {"kernel": _fp4_mm_kernel, "num_warps": 8, "num_stages": 3, "signature": _MM_SIG,  # NV, masked K
+     "constexprs": dict(SBLOCK=16, SA_ROWS=1, SB_ROWS=16, MX=False, HAS_BIAS=True, ASM=True, EVEN_K=False,
+                        DOT_DTYPE=tl.bfloat16, BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8)},
+    {"kernel": _fp4_weight_only_kernel, "num_warps": 4, "num_stages": 4,
      "signature": {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*u8", "g_ptr": "*fp32", "c_ptr": "*bf16",
                    "part_ptr": "*fp32", "bias_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32",
                    "stride_xm": "i32", "stride_w": "i32", "stride_s": "i32", **_OUT},
-     "constexprs": dict(SBLOCK=16, SROWS=16, MX=False, SPLIT_K=4, HAS_BIAS=True, ASM=True, DOT_DTYPE=tl.bfloat16,
-                        BLOCK_N=128, BLOCK_M=16, BLOCK_K=256)},
+     "constexprs": dict(SBLOCK=16, SROWS=16, MX=False, SPLIT_K=4, HAS_BIAS=True, ASM=True, EVEN_K=False,
+                        DOT_DTYPE=tl.bfloat16, BLOCK_N=128, BLOCK_M=16, BLOCK_K=128)},
     {"kernel": _splitk_reduce_kernel, "num_warps": 4, "num_stages": 1,
      "signature": {"part_ptr": "*fp32", "g_ptr": "*fp32", "c_ptr": "*bf16", "bias_ptr": "*bf16", "M": "i32",
                    "N": "i32", **_OUT},

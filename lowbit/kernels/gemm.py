@@ -22,19 +22,28 @@ default, ``max_num_imprecise_acc = 2^30`` on sm_90, never promotes). Tensorwise 
 GEMMs promote every 128 K by default too (``tl.dot(..., max_num_imprecise_acc=128)``), like
 cuBLAS without ``use_fast_accum``; ``fast_accum=True`` keeps one long tensor-core accumulation
 (faster, ~14-bit sums: the forward-pass trade-off torchao makes). On sm_90 a promotion waits for
-the MMA (ptxas serializes it), so the promoting configurations include 64x128 tiles that let two
-programs share an SM: one promotes while the other multiplies.
+the MMA: compiled for sm_90a (triton 3.6 and 3.9), ``max_num_imprecise_acc`` lowers to fp32 adds
+that read the wgmma registers right after the issue, so ptxas puts ``WARPGROUP.DEPBAR.LE gsb0,
+0x0`` there (TTGIR still says ``pendings = 1``); ``acc += tl.dot(a, b) * s`` gets
+``warp_group_dot_wait {pendings = 0}`` in TTGIR, and so does carrying the previous chunk's product
+across the loop (the pipeliner makes a dot properly async only when its loop-carried result feeds
+another dot's accumulator). The tensor cores idle while the CTA's warps promote, as every warp
+group of a CTA runs in lockstep (CTA-wide ``bar.sync`` each iteration); 64x128 tiles let two
+programs share an SM. (A kernel warp-specialized by triton 3.6's Hopper auto-WS, whose consumers
+promote out of step, hung on the H200 and was removed.)
 
 Error (on an fp32-accumulating machine, e.g. the interpreter): ``|C - C*| <= gamma_(K + n + 2)
 sum_k |a_k b_k|`` with ``n`` the number of chunks (``lowbit.validate.metrics.gemm_bound``).
 FMA: the epilogues contract ``acc * s + bias`` and ``part * s + acc`` into single roundings; no
 product is used twice, so no contracted-vs-rounded hazard (fma_guard scans ``SCAN_SPECS``).
 
-Kernels: ``_scaled_mm_kernel`` (pointer loads, any strides, one tile per program) and
+Kernels: ``_scaled_mm_kernel`` (pointer loads, any strides, one tile per program),
 ``_scaled_mm_tma_kernel`` (TMA loads through host tensor descriptors, K-major A and B; persistent
-or one program per tile, an autotuning choice). Both are autotuned over a short list checked with
-ptxas for sm_90a; ``last_config()`` names the winners. Under ``TRITON_INTERPRET=1`` (read per call)
-they run on CPU tensors with one small fixed configuration.
+or one program per tile, an autotuning choice). Each is autotuned over a short list checked with
+ptxas for sm_90a; ``last_config()`` names the winners. ``variant="auto"`` runs the TMA kernel on
+sm_90+ for K-major operands, else the pointer kernel.
+Under ``TRITON_INTERPRET=1`` (read per call) they run on CPU tensors with one small fixed
+configuration.
 """
 from __future__ import annotations
 
@@ -105,11 +114,23 @@ def _chunk_scale(sa_ptr, sb_ptr, off_m, off_n, M, N, k_a, k_b, stride_sam, strid
     """``sA * sB`` for one K chunk, broadcastable to ``(BLOCK_M, BLOCK_N)``."""
     sa = _scale_rows(sa_ptr, off_m, M, stride_sam, k_a, BLOCK_M, SA_ROWS, E8M0)
     sb = _scale_rows(sb_ptr, off_n, N, stride_sbn, k_b, BLOCK_N, SB_COLS, E8M0)
+    return _col(sa, BLOCK_M, SA_ROWS) * _row(sb, BLOCK_N, SB_COLS)
+
+
+@triton.jit
+def _col(sa, BLOCK_M: tl.constexpr, SA_ROWS: tl.constexpr):
+    """Row scales as a ``(BLOCK_M, 1)`` column (a scalar stays a scalar)."""
     if SA_ROWS != 0 and SA_ROWS % BLOCK_M != 0:
         sa = sa[:, None]
+    return sa
+
+
+@triton.jit
+def _row(sb, BLOCK_N: tl.constexpr, SB_COLS: tl.constexpr):
+    """Column scales as a ``(1, BLOCK_N)`` row (a scalar stays a scalar)."""
     if SB_COLS != 0 and SB_COLS % BLOCK_N != 0:
         sb = sb[None, :]
-    return sa * sb
+    return sb
 
 
 @triton.jit
@@ -224,13 +245,17 @@ def _scaled_mm_tma_kernel(a_desc, b_desc, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N,
 
 
 # ---- autotuning (H200) ---------------------------------------------------------------------------
-# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, persistent), checked with ptxas for sm_90a (no spills;
-# the pointer kernel ignores `persistent`). Promoted accumulation holds two fp32 tiles (sum and
-# chunk), so its tiles are 128x128 at most; a 64x128 tile with 4 warps lets two programs share an
-# SM, one scaling while the other multiplies.
+# (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, persistent), checked with ptxas for sm_90a (no
+# spills; the pointer kernel ignores `persistent`). Promoted accumulation holds two fp32 tiles (sum
+# and chunk), so its tiles are 128x128 at most; a 64x128 tile with 4 warps lets two programs share an
+# SM, one scaling while the other multiplies. The fast pool is persistent-only: adding
+# one-program-per-tile twins made the autotuner pick slower configurations on the H200 (4096^3:
+# 0.58x instead of 1.00x cuBLAS; 2048x4096x4096: 0.33x instead of 0.75x).
+# M <= 128 streams B: narrow tiles put more programs on the SMs (64x32: 256 programs at N = 8192);
+# 128x64 reads B once when M = 128.
 _FAST = [(128, 256, 128, 8, 3, 1), (128, 256, 64, 8, 4, 1), (128, 128, 128, 8, 4, 1)]
 _PRECISE = [(128, 128, 128, 8, 4, 1), (64, 128, 128, 4, 4, 0), (128, 128, 128, 8, 3, 0)]
-_SMALL = [(64, 128, 128, 4, 4, 0), (64, 64, 128, 4, 6, 0)]  # M <= 128: stream B with more programs
+_SMALL = [(64, 128, 128, 4, 4, 0), (64, 64, 128, 4, 6, 0), (64, 32, 128, 4, 8, 0), (128, 64, 128, 4, 6, 0)]
 _KEY = ["M", "N", "K", "SA_ROWS", "SA_K", "SB_K", "SB_COLS", "K_SCALED", "PROMOTE", "E8M0", "HAS_BIAS"]
 
 
@@ -240,15 +265,22 @@ def _set_blocks(nargs):
     nargs["b_desc"].block_shape = [nargs["BLOCK_N"], nargs["BLOCK_K"]]
 
 
-def _cfg(bm, bn, bk, warps, stages, persistent, hook=None):
+def _cfg(kind, bm, bn, bk, warps, stages, persistent=0):
+    """A ``triton.Config`` of ``kind`` ("pointer" or "tma") from a pool row."""
     kw = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}
-    if hook is not None:  # the TMA kernel
+    if kind != "pointer":
         kw["PERSISTENT"] = bool(persistent)
-    return triton.Config(kw, num_warps=warps, num_stages=stages, pre_hook=hook)
+    return triton.Config(kw, num_warps=warps, num_stages=stages,
+                         pre_hook=None if kind == "pointer" else _set_blocks)
 
 
-def _configs(hook):
-    return [_cfg(*c, hook=hook) for c in dict.fromkeys(_FAST + _PRECISE + _SMALL)]
+def _kind(cfg) -> str:
+    return "tma" if "PERSISTENT" in cfg.kwargs else "pointer"
+
+
+def _configs(kind):
+    rows = _FAST + _PRECISE + _SMALL
+    return [_cfg(kind, *c) for c in dict.fromkeys(r[:5] if kind == "pointer" else r for r in rows)]
 
 
 def _chunk(sa_k: int, sb_k: int) -> int:
@@ -260,21 +292,25 @@ def _prune(configs, named_args, **kw):
     """The list that fits this call: M <= 128 -> ``_SMALL``; else ``_PRECISE`` when promoting
     (K-scaled or PROMOTE), ``_FAST`` otherwise; K-scaled needs BLOCK_K | chunk. An odd chunk
     (MX-32) gets BLOCK_K = gcd(chunk, 128)."""
+    kind = _kind(configs[0])
     chunk = _chunk(kw["SA_K"], kw["SB_K"]) if kw["K_SCALED"] else 0
     pool = _SMALL if named_args["M"] <= 128 else (_PRECISE if chunk or kw["PROMOTE"] else _FAST)
-    hook = configs[0].pre_hook
     bk = math.gcd(chunk, 128) if chunk else None
     keep = {}
-    for (bm, bn, k, w, s, p) in pool:
-        cfg = (bm, bn, bk if chunk and chunk % k else k, w, s, p if hook else 0)  # BLOCK_K | chunk
-        keep.setdefault(cfg, _cfg(*cfg, hook=hook))
+    for row in pool:
+        cfg = (row[0], row[1], bk if chunk and chunk % row[2] else row[2], *row[3:])  # BLOCK_K | chunk
+        cfg = cfg[:5] if kind == "pointer" else cfg  # the pointer kernel has no `persistent`
+        keep.setdefault(cfg, _cfg(kind, *cfg))
     return list(keep.values())
 
 
-_PTR_TUNED = triton.autotune(configs=_configs(None), key=_KEY,
-                             prune_configs_by={"early_config_prune": _prune})(_scaled_mm_kernel)
-_TMA_TUNED = triton.autotune(configs=_configs(_set_blocks), key=_KEY,
-                             prune_configs_by={"early_config_prune": _prune})(_scaled_mm_tma_kernel)
+def _tuned(kernel, kind):
+    return triton.autotune(configs=_configs(kind), key=_KEY,
+                           prune_configs_by={"early_config_prune": _prune})(kernel)
+
+
+_PTR_TUNED = _tuned(_scaled_mm_kernel, "pointer")
+_TMA_TUNED = _tuned(_scaled_mm_tma_kernel, "tma")
 
 
 def last_config() -> dict:
@@ -352,12 +388,19 @@ def _interpret_tma_config(plan) -> dict:
     return {**_interpret_config(plan), "PERSISTENT": True}
 
 
+def _auto_variant(device, qa, qb) -> str:
+    """"tma" on sm_90+ for K-major operands, else "pointer"."""
+    if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 9 or not tma_ok(qa, qb):
+        return "pointer"
+    return "tma"
+
+
 def fp8_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[torch.Tensor] = None,
                   *, fast_accum: bool = False, variant: str = "auto") -> torch.Tensor:
     """``a @ b (+ bias)`` for FP8Tensors a ``(M, K)``, b ``(K, N)`` on the Triton kernels.
 
     ``fast_accum``: no promotion for tensorwise/rowwise scales (K-scaled GEMMs always promote per
-    chunk). ``variant``: "auto" (TMA persistent when the layout allows, on sm_90+), "tma", "pointer".
+    chunk). ``variant``: "auto" (``_auto_variant``), "tma" or "pointer".
     """
     plan = gemm_plan(a, b)
     if isinstance(plan, str):
@@ -373,15 +416,14 @@ def fp8_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[t
     bias_t = bias.contiguous() if bias is not None else c
     consts = dict(plan, PROMOTE=not fast_accum, HAS_BIAS=bias is not None)
     if variant == "auto":
-        on_hopper = a.device.type == "cuda" and torch.cuda.get_device_capability(a.device)[0] >= 9
-        variant = "tma" if on_hopper and tma_ok(qa, qb) else "pointer"
+        variant = _auto_variant(a.device, qa, qb)
     if variant not in ("tma", "pointer"):
         raise ValueError(f"variant must be 'auto', 'tma' or 'pointer', got {variant!r}")
-    if variant == "tma" and not tma_ok(qa, qb):
-        raise ValueError("variant='tma' needs K-major, 16-byte aligned operands")
+    if variant != "pointer" and not tma_ok(qa, qb):
+        raise ValueError(f"variant={variant!r} needs K-major, 16-byte aligned operands")
     interp = interpreting()
-    cfg = _interpret_config(plan) if interp else {}
     if variant == "pointer":
+        cfg = _interpret_config(plan) if interp else {}
         kernel = runnable(_PTR_TUNED)
         grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
         kernel[grid](qa, qb, c, bias_t, sa, sb, M, N, K, qa.stride(0), qa.stride(1), qb.stride(0),
@@ -392,11 +434,13 @@ def fp8_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[t
     bm, bn, bk = (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]) if interp else (128, 128, 128)
     a_desc = TensorDescriptor(qa, [M, K], [qa.stride(0), 1], [bm, bk])
     b_desc = TensorDescriptor(qb.t(), [N, K], [qb.stride(1), 1], [bn, bk])
+
     def grid(meta):
         tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
         return (min(nsm, tiles) if meta["PERSISTENT"] else tiles,)
-    runnable(_TMA_TUNED)[grid](a_desc, b_desc, c, bias_t, sa, sb, M, N, K, c.stride(0), c.stride(1),
-                                sam, sak, sbk, sbn, **consts, **cfg)
+    runnable(_TMA_TUNED)[grid](
+        a_desc, b_desc, c, bias_t, sa, sb, M, N, K, c.stride(0), c.stride(1), sam, sak, sbk, sbn,
+        **consts, **cfg)
     return c.to(out_dtype)
 
 

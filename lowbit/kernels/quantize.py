@@ -4,8 +4,8 @@ Each entry point returns exactly what ``lowbit.kernels.cast``'s reference path r
 data and scale bits, shapes and dtypes, same DelayedScalingState update), or None to decline:
 
 * ``quantize_fp8_triton(x, recipe, role, state)``: Delayed (scale from ``state``, amax fused into
-  the cast, then ``state.update(amax)``), Current (amax kernel, then the cast), Rowwise (row amax,
-  then the cast), Blockwise 1x128 / 128x128 and MX with FP8 elements (one pass).
+  the cast, then ``state.update(amax)``), Current (amax kernel, then the cast), Rowwise (one pass:
+  a program owns whole rows), Blockwise 1x128 / 128x128 and MX with FP8 elements (one pass).
 * ``quantize_fp8_t_triton(x, recipe, role, state)``: ``(q, q_t)`` as ``cast.quantize_fp8_t``:
   the row-major copy and the contiguous transposed copy written by the same pass (tensorwise: one
   scale; Rowwise: row and column scales; blocks: each copy with its own block scales).
@@ -21,7 +21,8 @@ powers of two up to 128; 2-D blocks on tensors of more than two dims; inputs the
 elementwise ops do); scales, FP4 data and the data of N-D inputs are contiguous.
 
 Launch choices (tiles of ~4096 elements, ~8 per thread; grid-stride programs where an atomic amax
-is reduced) are in ``_tile*`` / ``_opts`` / ``_max_programs``; benchmarks/quantize.py times them.
+is reduced; the fast exact division) are in ``_tile*`` / ``_opts`` / ``_max_programs`` /
+``_fast_div``; ``benchmarks/quantize.py --sweep`` times the alternatives.
 """
 from __future__ import annotations
 
@@ -38,24 +39,23 @@ from ..dtypes.fp4_tensor import FP4Tensor
 from ..dtypes.fp8_tensor import FP8Tensor
 from ..scaling.recipes import MX, NV, ROLES, Blockwise, Current, Delayed, Rowwise
 from . import quantize_fp4_kernels as _k4
-from . import quantize_fp8_kernels as _k8
+from . import quantize_fp8_block_kernels as _k8b
+from . import quantize_fp8_tensor_row_kernels as _k8t
 from .interpret import interpreting
 
-__all__ = ["quantize_fp8_triton", "quantize_fp8_t_triton", "quantize_fp4_triton", "scalar_div_is_reciprocal",
-           "SCAN_SPECS"]
+__all__ = ["quantize_fp8_triton", "quantize_fp8_t_triton", "quantize_fp4_triton", "SCAN_SPECS"]
 
-SCAN_SPECS = _k8.SCAN_SPECS + _k4.SCAN_SPECS
+SCAN_SPECS = _k8t.SCAN_SPECS + _k8b.SCAN_SPECS + _k4.SCAN_SPECS
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _IN_KIND = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
 # ---- launch policy -----------------------------------------------------------------------------
 
-def scalar_div_is_reciprocal(device) -> bool:
-    """Whether the reference scales (``amax / fmax``, ``amax / 2688``, ``amax / 6``) are computed as
-    ``amax * fp32(1 / d)`` on ``device``. They are not: ``scaling.scales.div_exact`` divides by a
-    device tensor, IEEE on every device, so the kernels divide too (the RECIP path is unused)."""
-    return False
+def _fast_div() -> bool:
+    """Per-element IEEE division by the two-step reciprocal (``quantize_jit_helpers._div_rn``)
+    rather than ``div.rn.f32``; both are exact. benchmarks/quantize.py times the two."""
+    return True
 
 
 _interpreting = interpreting
@@ -65,7 +65,7 @@ def _interpreted() -> bool:
     """The kernels, and triton's own jit helpers (``tl.max``), were defined under TRITON_INTERPRET=1:
     ``@triton.jit`` decides when it runs, so this cannot be switched later."""
     from triton.runtime.jit import JITFunction
-    return type(_k8._cast_tensor_kernel).__name__ == "InterpretedFunction" and not isinstance(tl.max, JITFunction)
+    return type(_k8t._cast_tensor_kernel).__name__ == "InterpretedFunction" and not isinstance(tl.max, JITFunction)
 
 
 def _runnable(x) -> bool:
@@ -80,15 +80,29 @@ def _gpu(index: int) -> tuple:
     return (props.major, props.minor), props.multi_processor_count
 
 
-def _hw_cvt(x) -> bool:
-    """The sm_89+ cvt.rn.satfinite float8 cast (exact RNE) on the GPU; the arithmetic elsewhere."""
-    return x.device.type == "cuda" and not _interpreted() and _gpu(x.device.index or 0)[0] >= (8, 9)
+def _cvt_saturates() -> bool:
+    """Leave the saturation to ``cvt.rn.satfinite`` (no clamp before it): benchmarks/quantize.py
+    --sweep checks it bit-exact on the GPU and times it; off until that is seen."""
+    return False
+
+
+def _hw_cvt(x) -> int:
+    """``_encode_fp8``'s HW_CVT: the sm_89+ ``cvt.rn.satfinite`` float8 cast (exact RNE) on the GPU,
+    after a clamp (1) or alone (2, ``_cvt_saturates``); the arithmetic elsewhere (0)."""
+    if x.device.type == "cuda" and not _interpreted() and _gpu(x.device.index or 0)[0] >= (8, 9):
+        return 2 if _cvt_saturates() else 1
+    return 0
 
 
 def _max_programs(x, elems: int) -> int:
-    """Programs of the grid-stride kernels (one atomic each): about 32 resident warps per SM."""
+    """Programs of the grid-stride kernels (one atomic each): 256 warps' worth per SM, i.e. several
+    waves of resident programs (16-warp programs of these kernels take 24-40 registers a thread
+    on sm_90: 3-4 resident per SM). Waves keep the SMs evenly loaded whatever the occupancy turns
+    out to be (one wave of exactly the resident count would leave a second, partial wave if a
+    compiler used a few more registers); each program still loops over several tiles, so the
+    atomics stay few (16 per SM)."""
     if x.device.type == "cuda":
-        return _gpu(x.device.index or 0)[1] * max(1, 32 // _opts(elems)["num_warps"])
+        return _gpu(x.device.index or 0)[1] * max(1, 256 // _opts(elems)["num_warps"])
     return 3  # the interpreter: a few programs, so the grid-stride loops run more than once
 
 
@@ -112,15 +126,9 @@ def _arg(x2):
     return x2.view(torch.int16) if x2.dtype == torch.bfloat16 else x2
 
 
-@functools.lru_cache(maxsize=None)
-def _inv_fp32(d: float) -> float:
-    """fp32(1 / d), computed in fp32 as ATen's host code does (no double rounding)."""
-    return (torch.ones((), dtype=torch.float32) / torch.tensor(d, dtype=torch.float32)).item()
-
-
 def _fmt_consts(fmt) -> dict:
     """The element format's constexprs."""
-    return dict(FMAX=fmt.max, INV_FMAX=_inv_fp32(fmt.max), EMIN=fmt.emin, MBITS=fmt.mbits, IS_E4M3=fmt.name == "e4m3")
+    return dict(FMAX=fmt.max, EMIN=fmt.emin, MBITS=fmt.mbits, IS_E4M3=fmt.name == "e4m3")
 
 
 def _tile_elems(x) -> int:
@@ -169,44 +177,82 @@ def _opts(elems: int) -> dict:
 
 
 def _fp8_tensorwise(x2, q2, qt, kind, state, transposed, common):
-    """Delayed: one pass (cast with the state's scale + amax), then ``state.update``.
-    Current: the amax kernel, then the cast with ``amax_to_scale(amax)``. Returns the scale."""
+    """Delayed: one pass (cast with the state's scale + amax), then the state update
+    (``_delayed_update``). Current: the amax kernel, then the cast with ``amax_to_scale(amax)``.
+    Non-transposed contiguous x is walked as a flat array (``FLAT``). Returns the scale."""
     R, C = x2.shape
-    br, bc = _tile_t(x2, R, C) if transposed else _tile(x2, R, C)
-    n_c = triton.cdiv(C, bc)
-    n_tiles = triton.cdiv(R, br) * n_c
+    flat = not transposed and x2.is_contiguous() and q2.is_contiguous()
+    if flat:  # consecutive chunks of the flat tensor
+        bc = min(512, triton.next_power_of_2(R * C))
+        br, n_c = max(1, min(_tile_elems(x2), triton.next_power_of_2(R * C)) // bc), 1
+        n_tiles = triton.cdiv(R * C, br * bc)
+    else:
+        br, bc = _tile_t(x2, R, C) if transposed else _tile(x2, R, C)
+        n_c = triton.cdiv(C, bc)
+        n_tiles = triton.cdiv(R, br) * n_c
     grid = (min(n_tiles, _max_programs(x2, br * bc)),)
     amax = torch.zeros((), dtype=torch.float32, device=x2.device)
     if kind == "delayed":
-        scale = state.scale.detach().clone()  # the reference casts with the scale before the update
+        scale = state.scale  # read by the cast before the update below replaces it (stream order)
     else:
         scale = torch.empty((), dtype=torch.float32, device=x2.device)
-        _k8._amax_kernel[grid](_arg(x2), amax, amax, amax, R, C, *x2.stride(), n_c, n_tiles,
-                               IN_BF16=common["IN_BF16"], TENSOR=True, ROWS=False, COLS=False,
-                               BLOCK_R=br, BLOCK_C=bc, **_opts(br * bc))
-    _k8._cast_tensor_kernel[grid](_arg(x2), q2, qt, scale, amax, R, C, *x2.stride(), *q2.stride(), n_c, n_tiles,
-                                  DELAYED=kind == "delayed", WRITE_T=transposed, BLOCK_R=br, BLOCK_C=bc,
+        _k8t._amax_kernel[grid](_arg(x2), amax, R, C, *x2.stride(), n_c, n_tiles, IN_BF16=common["IN_BF16"],
+                               FLAT=flat, BLOCK_R=br, BLOCK_C=bc, **_opts(br * bc))
+    _k8t._cast_tensor_kernel[grid](_arg(x2), q2, qt, scale, amax, R, C, *x2.stride(), *q2.stride(), n_c, n_tiles,
+                                  DELAYED=kind == "delayed", WRITE_T=transposed, FLAT=flat, BLOCK_R=br, BLOCK_C=bc,
                                   **common, **_opts(br * bc))
     if kind == "delayed":
-        state.update(amax)
+        scale = _delayed_update(state, amax)
     return scale, scale
 
 
+def _delayed_update(state, amax):
+    """``state.update(amax)`` (one launch instead of a dozen small torch ops); returns a copy of the
+    scale from before the update, the one the cast used. A subclass that overrides ``update`` gets
+    its own method."""
+    from ..scaling.delayed import DelayedScalingState
+    hist = state.amax_history
+    if type(state).update is not DelayedScalingState.update or not (hist.is_contiguous() and hist.dim() == 1
+                                                                     and hist.dtype == torch.float32):
+        used = state.scale.detach().clone()
+        state.update(amax)
+        return used
+    used = torch.empty((), dtype=torch.float32, device=amax.device)
+    r = state.recipe
+    _k8t._delayed_update_kernel[(1,)](amax, hist, state.scale, used, hist.numel(), FMAX=state.fmt.max,
+                                     MARGIN_MUL=2.0 ** r.margin, MOST_RECENT=r.amax_algo == "most_recent",
+                                     BLOCK=max(2, triton.next_power_of_2(hist.numel())), num_warps=1)
+    return used
+
+
 def _fp8_rowwise(x2, q2, qt, transposed, common):
-    """Row (and column) amax by the amax kernel, then the cast. Returns (row scales, column scales)."""
+    """Without the transposed copy: one pass (``_cast_rows_kernel``, a program per few whole rows).
+    With it: row and column amax by the amax kernel, then the cast. Returns (row scales, column
+    scales)."""
     R, C = x2.shape
     fp32 = dict(dtype=torch.float32, device=x2.device)
-    br, bc = _tile_t(x2, R, C) if transposed else _tile(x2, R, C)
-    n_c = triton.cdiv(C, bc)
-    n_tiles = triton.cdiv(R, br) * n_c
-    row_amax, col_amax = torch.zeros(R, **fp32), torch.zeros(C if transposed else 1, **fp32)
-    _k8._amax_kernel[(min(n_tiles, _max_programs(x2, br * bc)),)](
-        _arg(x2), row_amax, row_amax, col_amax, R, C, *x2.stride(), n_c, n_tiles, IN_BF16=common["IN_BF16"],
-        TENSOR=False, ROWS=True, COLS=transposed, BLOCK_R=br, BLOCK_C=bc, **_opts(br * bc))
-    scale, st = torch.empty(R, **fp32), torch.empty(C if transposed else 1, **fp32)
-    _k8._cast_rowwise_kernel[(triton.cdiv(R, br), n_c)](
-        _arg(x2), row_amax, col_amax, q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), WRITE_T=transposed,
-        BLOCK_R=br, BLOCK_C=bc, **common, **_opts(br * bc))
+    if not transposed:
+        bc = min(1024, triton.next_power_of_2(C))
+        br = max(1, min(_tile_elems(x2) // bc, triton.next_power_of_2(R)))
+        scale = torch.empty(R, **fp32)
+        _k8t._cast_rows_kernel[(triton.cdiv(R, br),)](_arg(x2), q2, scale, R, C, *x2.stride(), *q2.stride(),
+                                                     BLOCK_R=br, BLOCK_C=bc, **common, **_opts(br * bc))
+        return scale, scale
+    # pass 1: row and column amax, programs of ~256 rows x 128 columns
+    bc = min(128, triton.next_power_of_2(C))
+    br = max(1, min(_tile_elems(x2) // bc, triton.next_power_of_2(R)))
+    rows_per_prog = br * max(1, 256 // br)
+    row_amax, col_amax = torch.zeros(R, **fp32), torch.zeros(C, **fp32)
+    _k8t._row_col_amax_kernel[(triton.cdiv(R, rows_per_prog) * triton.cdiv(C, bc),)](
+        _arg(x2), row_amax, col_amax, R, C, *x2.stride(), rows_per_prog, IN_BF16=common["IN_BF16"],
+        BLOCK_R=br, BLOCK_C=bc, **_opts(br * bc))
+    # pass 2: both casts; tiles of 128 x 64 so that a thread's column scales serve several rows
+    bc = min(64, triton.next_power_of_2(C))
+    br = max(1, min(128, 2 * _tile_elems(x2) // bc, triton.next_power_of_2(R)))
+    scale, st = torch.empty(R, **fp32), torch.empty(C, **fp32)
+    _k8t._cast_rowwise_kernel[(triton.cdiv(R, br) * triton.cdiv(C, bc),)](
+        _arg(x2), row_amax, col_amax, q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), WRITE_T=True,
+        BLOCK_R=br, BLOCK_C=bc, **common, **dict(_opts(br * bc), num_warps=8))
     return scale, st
 
 
@@ -225,7 +271,7 @@ def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
     n_sc, n_stc = triton.cdiv(C, block.cols), triton.cdiv(R, tblock.rows)
     scale = torch.empty((triton.cdiv(R, block.rows), n_sc), dtype=sdt, device=x2.device)
     st = torch.empty((triton.cdiv(C, tblock.cols), n_stc), dtype=sdt, device=x2.device) if transposed else scale
-    _k8._cast_blocks_kernel[(triton.cdiv(R, tr), triton.cdiv(C, tc))](
+    _k8b._cast_blocks_kernel[(triton.cdiv(R, tr) * triton.cdiv(C, tc),)](
         _arg(x2), q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), n_sc, n_stc, WRITE_T=transposed,
         BR=block.rows, BC=block.cols, TBR=tblock.rows, TBC=tblock.cols, TILE_R=tr, TILE_C=tc, CHUNK_R=chunk, MX=mx,
         RCEIL=mx and recipe.scale_rule == "rceil", ELEM_EMAX=fmt.emax, LOG2_FMAX=math.frexp(fmt.max)[1] - 1,
@@ -248,8 +294,7 @@ def _launch_fp8(x, recipe, role, state, transposed: bool):
                                                                                    device=x.device)
     q2 = _rows(q)
     qt = torch.empty((C, R), dtype=torch.uint8, device=x.device) if transposed else q2
-    common = dict(IN_BF16=x.dtype == torch.bfloat16, HW_CVT=_hw_cvt(x), RECIP=scalar_div_is_reciprocal(x.device),
-                  **_fmt_consts(fmt))
+    common = dict(IN_BF16=x.dtype == torch.bfloat16, HW_CVT=_hw_cvt(x), FAST_DIV=_fast_div(), **_fmt_consts(fmt))
     if kind in ("delayed", "current"):
         scale, st = _fp8_tensorwise(x2, q2, qt, kind, state, transposed, common)
     elif kind == "rowwise":
@@ -317,7 +362,14 @@ def quantize_fp4_triton(x: torch.Tensor, recipe, role: str = "input", generator:
     amax = torch.zeros((), dtype=torch.float32, device=dev)
     signs_arg = amax if signs is None else signs
     common = dict(IN_KIND=_IN_KIND[x.dtype], HADAMARD=signs is not None, TILE_R=tr, TILE_C=tc, **_opts(tr * tc))
-    if nv:
+    if nv and signs is None and x2.is_contiguous():  # the tensor amax over flat chunks, as for FP8
+        bc = min(512, triton.next_power_of_2(R * C))
+        br = max(1, min(_tile_elems(x2), triton.next_power_of_2(R * C)) // bc)
+        n_tiles = triton.cdiv(R * C, br * bc)
+        _k8t._amax_kernel[(min(n_tiles, _max_programs(x2, br * bc)),)](
+            _arg(x2), amax, R, C, *x2.stride(), 1, n_tiles, IN_BF16=x.dtype == torch.bfloat16, FLAT=True,
+            BLOCK_R=br, BLOCK_C=bc, **_opts(br * bc))
+    elif nv:
         n_c = triton.cdiv(C, tc)
         n_tiles = triton.cdiv(R, tr) * n_c
         _k4._nv_amax_kernel[(min(n_tiles, _max_programs(x2, tr * tc)),)](
@@ -327,10 +379,10 @@ def quantize_fp4_triton(x: torch.Tensor, recipe, role: str = "input", generator:
     n_sc = triton.cdiv(C, block.cols)
     scale = torch.empty((triton.cdiv(R, block.rows), n_sc), dtype=torch.uint8, device=dev)
     g = (torch.empty if nv else torch.ones)((), dtype=torch.float32, device=dev)
-    _k4._fp4_cast_kernel[(triton.cdiv(R, tr), triton.cdiv(C, tc))](
+    _k4._fp4_cast_kernel[(triton.cdiv(R, tr) * triton.cdiv(C, tc),)](
         _arg(x2), signs_arg, u, amax, q, scale, g, R, C, *x2.stride(), n_sc, NV=nv, STOCHASTIC=stochastic,
-        RCEIL=(not nv) and recipe.scale_rule == "rceil", RECIP=scalar_div_is_reciprocal(dev),
-        INV_6=_inv_fp32(6.0), INV_2688=_inv_fp32(2688.0), BR=block.rows, BC=block.cols, **common)
+        RCEIL=(not nv) and recipe.scale_rule == "rceil", FAST_DIV=_fast_div(), BR=block.rows, BC=block.cols,
+        **common)
     sdt = torch.float8_e4m3fn if nv else torch.float8_e8m0fnu
     return FP4Tensor(q.reshape(*x.shape[:-1], C // 2), scale.view(sdt).reshape(block.scale_shape(x.shape)), g,
                      block, "nv" if nv else "mx", False, x.dtype)

@@ -12,21 +12,22 @@ transform); the math is the reference's:
 * MX: ``scale = 2^k`` (``_mx_exponent``), ``y = x * 2^-k`` (equal to ``x / 2^k``);
   NV: ``s_global = amax / 2688`` (1 if that is 0 / amax not finite), ``s_block =
   max(RNE_e4m3(min(amax_b / 6 / s_global, 448)), 2^-9)``, ``y = x / fp32(s_block * s_global)``
-  (divisions by Python scalars as torch evaluates them on the device, see quantize_fp8_kernels);
+  (IEEE divisions; the per-element one by quantize_jit_helpers' ``_div_rn``);
 * E2M1 code of ``min(|y|, 6)``: RNE, or stochastic ``floor(k) + [u < frac]`` with ``u`` the
   reference's own draw ``torch.rand(x.shape, generator=g)`` passed in as a tensor (so the kernel
   consumes the generator exactly as the reference does); sign bit 8; packed two per byte,
   element 2i in the low nibble.
 
-Two passes for NV (``_nv_amax_kernel`` for the tensor amax, then ``_fp4_cast_kernel``); one for MX.
+Two passes for NV (the tensor amax: quantize_fp8_tensor_row_kernels' flat ``_amax_kernel``, or
+``_nv_amax_kernel`` with the Hadamard transform; then ``_fp4_cast_kernel``); one for MX.
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from .quantize_fp8_kernels import _block_expand, _block_max, _finite_abs, _grid_round, _load_f32, _mx_exponent, \
-    _pow2, scan_spec
+from .quantize_jit_helpers import _block_expand, _block_max, _div_parts, _div_rn, _finite_abs, _grid_round, \
+    _load_f32, _mx_exponent, _pow2, scan_spec
 
 __all__ = ["SCAN_SPECS"]
 
@@ -75,45 +76,42 @@ def _load_input(x_ptr, signs_ptr, rows, cols, R, C, sxr, sxc, IN_KIND: tl.conste
 @triton.jit
 def _nv_amax_kernel(x_ptr, signs_ptr, amax_ptr, R, C, sxr, sxc, n_tiles_c, n_tiles,
                     IN_KIND: tl.constexpr, HADAMARD: tl.constexpr, TILE_R: tl.constexpr, TILE_C: tl.constexpr):
-    """Finite amax of x (of its Hadamard transform with ``HADAMARD``) into ``amax_ptr`` (atomic max)."""
-    acc = tl.full([], 0.0, tl.float32)
+    """Finite amax of x (of its Hadamard transform with ``HADAMARD``) into ``amax_ptr`` (atomic max;
+    kept elementwise across the program's tiles, reduced once: one atomic per program)."""
+    acc = tl.zeros([TILE_R, TILE_C], tl.float32)
     for t in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
         rows = (t // n_tiles_c) * TILE_R + tl.arange(0, TILE_R)
         cols = (t % n_tiles_c) * TILE_C + tl.arange(0, TILE_C)
         x, mask = _load_input(x_ptr, signs_ptr, rows, cols, R, C, sxr, sxc, IN_KIND, HADAMARD, TILE_R, TILE_C)
-        acc = tl.maximum(acc, tl.max(tl.max(_finite_abs(x), axis=1), axis=0))
-    tl.atomic_max(amax_ptr, acc)
+        acc = tl.maximum(acc, _finite_abs(x))
+    tl.atomic_max(amax_ptr, tl.max(tl.max(acc, axis=1), axis=0))
 
 
 @triton.jit
 def _fp4_cast_kernel(x_ptr, signs_ptr, u_ptr, amax_ptr, q_ptr, s_ptr, g_ptr, R, C, sxr, sxc, n_sc,
                      IN_KIND: tl.constexpr, HADAMARD: tl.constexpr, NV: tl.constexpr,
-                     STOCHASTIC: tl.constexpr, RCEIL: tl.constexpr, RECIP: tl.constexpr,
-                     INV_6: tl.constexpr, INV_2688: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+                     STOCHASTIC: tl.constexpr, RCEIL: tl.constexpr, FAST_DIV: tl.constexpr,
+                     BR: tl.constexpr, BC: tl.constexpr,
                      TILE_R: tl.constexpr, TILE_C: tl.constexpr):
     """E2M1 codes packed two per byte into ``q`` (R, C/2), block scale codes into ``s`` (``n_sc``
     columns), NV global scale into ``g`` (from the tensor amax at ``amax_ptr``)."""
-    pid_r = tl.program_id(0)
-    pid_c = tl.program_id(1)
+    pid_r = tl.program_id(0) // tl.cdiv(C, TILE_C)  # consecutive programs walk along a row of tiles
+    pid_c = tl.program_id(0) % tl.cdiv(C, TILE_C)
     rows = pid_r * TILE_R + tl.arange(0, TILE_R)
     cols = pid_c * TILE_C + tl.arange(0, TILE_C)
     x, mask = _load_input(x_ptr, signs_ptr, rows, cols, R, C, sxr, sxc, IN_KIND, HADAMARD, TILE_R, TILE_C)
 
     # block scales
-    amax = _block_max(_finite_abs(x), TILE_R, TILE_C, BR, BC)
-    has_nan = _block_max((x != x).to(tl.int32), TILE_R, TILE_C, BR, BC) > 0
+    amax = _block_max(tl.where(x == x, _finite_abs(x), float("inf")), TILE_R, TILE_C, BR, BC)  # NaN: +inf
+    has_nan = amax == float("inf")
     brow = pid_r * (TILE_R // BR) + tl.arange(0, TILE_R // BR)
     bcol = pid_c * (TILE_C // BC) + tl.arange(0, TILE_C // BC)
     s_mask = (brow[:, None] < tl.cdiv(R, BR)) & (bcol[None, :] < tl.cdiv(C, BC))
     s_ptrs = s_ptr + brow[:, None].to(tl.int64) * n_sc + bcol[None, :]
     if NV:
         t_amax = tl.load(amax_ptr)
-        if RECIP:
-            g = t_amax * INV_2688
-            t = amax * INV_6
-        else:
-            g = tl.div_rn(t_amax, 2688.0)
-            t = tl.div_rn(amax, 6.0)
+        g = tl.div_rn(t_amax, 2688.0)
+        t = tl.div_rn(amax, 6.0)
         g = tl.where((t_amax < float("inf")) & (g > 0), g, 1.0)
         if (pid_r == 0) & (pid_c == 0):
             tl.store(g_ptr, g)
@@ -121,7 +119,9 @@ def _fp4_cast_kernel(x_ptr, signs_ptr, u_ptr, amax_ptr, q_ptr, s_ptr, g_ptr, R, 
         s_block = tl.maximum(s_block, 0.001953125)  # >= 2^-9, the smallest E4M3 subnormal
         tl.store(s_ptrs, tl.where(has_nan, 0x7F, tl.maximum(code, 1)).to(tl.uint8), mask=s_mask)
         eff = tl.where(has_nan, float("nan"), s_block * g)
-        y = tl.div_rn(x, _block_expand(eff, TILE_R, TILE_C, BR, BC))
+        p2k, sp, ys = _div_parts(eff, FAST_DIV)
+        y = _div_rn(x, _block_expand(p2k, TILE_R, TILE_C, BR, BC), _block_expand(sp, TILE_R, TILE_C, BR, BC),
+                    _block_expand(ys, TILE_R, TILE_C, BR, BC), FAST_DIV)
     else:
         k = _mx_exponent(amax, RCEIL, 2, 6.0, 2)
         tl.store(s_ptrs, tl.where(has_nan, 255, k + 127).to(tl.uint8), mask=s_mask)
@@ -155,6 +155,6 @@ SCAN_SPECS = (
     scan_spec(_fp4_cast_kernel,
               {**_XS, "u_ptr": "*fp32", "amax_ptr": "*fp32", "q_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32", **_I32,
                "n_sc": "i32"},
-              dict(IN_KIND=1, HADAMARD=True, NV=True, STOCHASTIC=True, RCEIL=False, RECIP=True,
-                   INV_6=0.1666666716337204, INV_2688=0.00037202381645329297, BR=1, BC=16, TILE_R=32, TILE_C=128)),
+              dict(IN_KIND=1, HADAMARD=True, NV=True, STOCHASTIC=True, RCEIL=False, FAST_DIV=True, BR=1, BC=16,
+                   TILE_R=32, TILE_C=128)),
 )

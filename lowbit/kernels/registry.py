@@ -1,7 +1,8 @@
 """Backend registry for scaled GEMMs: an explicit registry object, no hidden global switch.
 
 A backend has a ``name``, ``supports(a, b, out_dtype, bias) -> None | str`` (None: it can run this
-call; a string: why not) and ``scaled_mm(a, b, out_dtype, bias)``, and optionally fused casts
+call; a string: why not) and ``scaled_mm(a, b, out_dtype, bias)`` (also called with
+``fast_accum=True`` when the caller allows unpromoted accumulation), and optionally fused casts
 (``quantize_fp8``, ``quantize_fp8_t``, ``quantize_fp4``, same signatures as ``lowbit.kernels.cast``,
 returning None to decline). ``select`` picks, for
 ``"auto"``, the registered backend of highest priority that supports the call; the ``"torch"``

@@ -87,7 +87,7 @@ def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, need_wt):
         qw, qw_t = quantize_fp8_t(w, recipe, "weight", st_w, backend)
     else:
         qw, qw_t = quantize_fp8(w, recipe, "weight", st_w, backend), None
-    y = scaled_mm(qx, qw.t(), x.dtype, bias, backend)
+    y = scaled_mm(qx, qw.t(), x.dtype, bias, backend, fast_accum=getattr(recipe, "fast_accum_fwd", False))
     xt = (qx_t._data, qx_t._scale.clone()) if qx_t is not None else (_empty(x, torch.float8_e4m3fn), _empty(x))
     wt = (qw_t._data, qw_t._scale.clone()) if qw_t is not None else (_empty(x, torch.float8_e4m3fn), _empty(x))
     return y, *xt, *wt

@@ -14,7 +14,7 @@ from lowbit.convert import FORMATS
 from lowbit.demo import DemoConfig, run_demo
 from lowbit.demo.corpus import load_corpus, split
 from lowbit.demo.model import GPT, SIZES
-from lowbit.demo.report import plot, smooth, table
+from lowbit.demo.report import paired_se_pct, plot, smooth, table
 
 
 def test_corpus_is_python_source_and_deterministic():
@@ -59,6 +59,27 @@ def test_run_demo_same_data_order_and_rows():
     json.dumps(res)
     t = table(res)
     assert t.splitlines()[0].split()[:3] == ["format", "final", "loss"] and "nvfp4" in t and "gap vs fp32" in t
+
+
+def test_run_demo_over_seeds_reports_means_and_spread():
+    res = run_demo(DemoConfig(formats=("fp8",), steps=6, batch=2, seeds=2, seed=3, progress=False,
+                              corpus_bytes=50_000, val_batches=1))
+    base, fp8 = res["runs"]
+    assert res["config"]["seeds"] == 2 and base["seeds"] == fp8["seeds"] == [3, 4]
+    for r in (base, fp8):
+        a, b = r["final_losses"]
+        assert a != b  # another seed: other initial weights and batches
+        assert r["final_loss"] == pytest.approx((a + b) / 2)
+        assert r["final_std"] == pytest.approx(abs(a - b) / 2 ** 0.5)
+        assert len(r["losses"]) == 6 and r["graph"] is False  # CPU: eager steps
+    # seed s is the same for every format: the first losses agree to quantization error
+    single = run_demo(DemoConfig(formats=(), steps=6, batch=2, seed=4, progress=False, corpus_bytes=50_000,
+                                 val_batches=1))["runs"][0]
+    assert single["final_loss"] == base["final_losses"][1]
+    assert fp8["gap_pct"] == pytest.approx(100 * (fp8["final_loss"] - base["final_loss"]) / base["final_loss"])
+    d = [f - b for f, b in zip(fp8["final_losses"], base["final_losses"])]
+    assert paired_se_pct(fp8, base) == pytest.approx(100 * abs(d[0] - d[1]) / 2 / base["final_loss"])
+    assert "+-" in table(res) and "mean of 2 seeds" in table(res)
 
 
 def test_a_failing_format_is_reported_and_the_others_run(monkeypatch):

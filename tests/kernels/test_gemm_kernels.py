@@ -1,4 +1,5 @@
-"""Triton GEMMs (lowbit.kernels.gemm / fp4_gemm) and the "triton" backend, on the CPU interpreter.
+"""Triton FP8 GEMMs (lowbit.kernels.gemm) and the "triton" backend, on the CPU interpreter (the FP4
+GEMM kernels: test_fp4_gemm_kernels.py, which uses the exact reference below).
 
 Every GEMM is checked against the exact product ``E`` of the dequantized operands (float64
 dequantization is exact) with the FP32-accumulation bound of ``lowbit.validate.metrics``:
@@ -6,12 +7,9 @@ dequantization is exact) with the FP32-accumulation bound of ``lowbit.validate.m
 separately (ceil(K / 128) blockwise, ceil(K / 32) MX, 1 otherwise). ``E`` is computed exactly
 with Python integers (``exact``; cross-checked against ``metrics.exact_matmul``), which is ~100x
 faster than mpmath dot by dot. Shapes have partial tiles in M and N (interpreter tiles are 32)
-and, for blocked scales, K = 2.5 scale blocks. The CUDA-only PTX decode of the FP4 kernels is
-checked by executing its instructions in Python on random packed words.
+and, for blocked scales, K = 2.5 scale blocks.
 """
 import dataclasses
-import math
-import struct
 import warnings
 
 import mpmath
@@ -23,7 +21,6 @@ from mpmath import libmp
 from lowbit.dtypes import FP4Tensor, FP8Tensor
 from lowbit.kernels import BACKENDS, BackendRegistry, scaled_mm
 from lowbit.kernels.emulation import TORCH_BACKEND
-from lowbit.kernels.fp4_gemm import _ASM_MX, _ASM_NV, fp4_weight_only_mm
 from lowbit.kernels.gemm import fp8_scaled_mm, gemm_plan
 from lowbit.kernels.triton_backend import TRITON_BACKEND, make_backend, triton_supports
 from lowbit.scaling import MX, NV, Blockwise, Current, Rowwise
@@ -112,14 +109,15 @@ def test_fp8_gemm_within_fp32_bound(name, variant):
     assert_in_bound(out, a, b, n)
 
 
-def test_blockwise_scales_applied_per_chunk():
-    """K blocks whose scales differ by 2^40: a kernel scaling once (not per 128-K chunk) is off by
-    far more than the bound; ours stays inside it."""
-    x = _sample(40, 256, 5)
-    x[:, 128:] *= 2.0 ** 40
+@pytest.mark.parametrize("variant", ["pointer", "tma"])
+def test_blockwise_scales_applied_per_chunk(variant):
+    """K blocks whose scales differ by 2^40 (three chunks): a kernel scaling once, or with a
+    neighbour chunk's scales, is off by far more than the bound; ours stays inside it."""
+    x = _sample(40, 384, 5)
+    x[:, 128:256] *= 2.0 ** 40
     a = FP8Tensor.from_float(x, Blockwise(), "input")
-    b = FP8Tensor.from_float(_sample(48, 256, 6), Blockwise(), "weight").t()
-    assert_in_bound(fp8_scaled_mm(a, b), a, b, 2)
+    b = FP8Tensor.from_float(_sample(48, 384, 6), Blockwise(), "weight").t()
+    assert_in_bound(fp8_scaled_mm(a, b, variant=variant), a, b, 3)
 
 
 def test_blockwise_dgrad_and_wgrad_layouts():
@@ -142,103 +140,6 @@ def test_fp8_gemm_bias_and_low_precision_output(out_dtype, u):
     out = scaled_mm(a, b, out_dtype, bias=bias, backend="triton")
     assert out.dtype == out_dtype
     assert_in_bound_bias(out, a, b, bias, 3, u)
-
-
-# ---- FP4 ---------------------------------------------------------------------------------------------
-FP4_RECIPES = {"nv": (NV(), 1), "nv-1x16": (NV(weight_2d=False), 1), "mx": (MX(elem="e2m1"), None)}
-
-
-@pytest.mark.parametrize("name", ["nv", "mx"])
-def test_fp4_gemm_within_fp32_bound(name):
-    recipe, _ = FP4_RECIPES[name]
-    K = 160
-    a = FP4Tensor.from_float(_sample(40, K, 11), recipe, "input")
-    b = FP4Tensor.from_float(_sample(48, K, 12), recipe, "weight").t()
-    out = scaled_mm(a, b, torch.float32, backend="triton")
-    assert_in_bound(out, a, b, K // 32 if name == "mx" else 1)
-
-
-@pytest.mark.parametrize("name,dtype,split", [("nv", torch.bfloat16, None), ("nv-1x16", torch.float16, 3),
-                                              ("mx", torch.bfloat16, 1)])
-def test_fp4_weight_only_within_fp32_bound(name, dtype, split):
-    recipe, _ = FP4_RECIPES[name]
-    x = _sample(20, 192, 13).to(dtype)
-    b = FP4Tensor.from_float(_sample(48, 192, 14), recipe, "weight").t()
-    bias = torch.randn(48, generator=torch.Generator().manual_seed(15))
-    out = fp4_weight_only_mm(x, b, torch.float32, split_k=split)
-    assert out.shape == (20, 48)
-    assert_in_bound(out, x, b, 1)
-    with_bias = fp4_weight_only_mm(x, b, torch.float32, bias, split_k=split)
-    assert_in_bound_bias(with_bias, x, b, bias, 1, 2.0 ** -24)
-
-
-# ---- the CUDA decode (PTX), executed instruction by instruction ------------------------------------------
-def _bf16(bits: int) -> float:
-    return struct.unpack("<f", struct.pack("<I", (bits & 0xFFFF) << 16))[0]
-
-
-def _to_bf16(v: float) -> int:
-    t = torch.tensor([v], dtype=torch.float32).to(torch.bfloat16)
-    assert float(t) == v, f"{v} is not exact in bf16: the decode would round"
-    return int(t.view(torch.int16).item()) & 0xFFFF
-
-
-def run_ptx(asm: str, regs: dict) -> dict:
-    """Execute the straight-line PTX subset the decode uses (mov/and/or/shl/shr/prmt/mul.rn.bf16x2)."""
-    env = dict(regs)
-    for stmt in asm.replace("{", "").replace("}", "").split(";"):
-        stmt = stmt.strip()
-        if not stmt or stmt.startswith(".reg"):
-            continue
-        op, rest = stmt.split(None, 1)
-        args = [x.strip() for x in rest.split(",")]
-        v = [env[x] if x in env else int(x, 0) for x in args[1:]]
-        if op == "mov.b32":
-            r = v[0]
-        elif op == "and.b32":
-            r = v[0] & v[1]
-        elif op == "or.b32":
-            r = v[0] | v[1]
-        elif op == "shl.b32":
-            r = (v[0] << v[1]) & 0xFFFFFFFF
-        elif op == "shr.b32":
-            r = v[0] >> v[1]
-        elif op == "prmt.b32":  # default mode: byte k of d = byte sel_k of {b, a}, bit 3 = sign replicate
-            src = [(v[0] >> 8 * i) & 0xFF for i in range(4)] + [(v[1] >> 8 * i) & 0xFF for i in range(4)]
-            r = 0
-            for k in range(4):
-                s = (v[2] >> 4 * k) & 0xF
-                byte = src[s & 7] if not s & 8 else (0xFF if src[s & 7] & 0x80 else 0)
-                r |= byte << 8 * k
-        elif op == "mul.rn.bf16x2":
-            r = _to_bf16(_bf16(v[0]) * _bf16(v[1])) | _to_bf16(_bf16(v[0] >> 16) * _bf16(v[1] >> 16)) << 16
-        else:
-            raise AssertionError(f"unexpected PTX instruction {op}")
-        env[args[0]] = r
-    return env
-
-
-E2M1_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
-
-
-@pytest.mark.parametrize("kind", ["nv", "mx"])
-def test_ptx_decode_matches_e2m1_times_scale(kind):
-    """Outputs $j of the decode = element j of words $8 / $9 (low / high lane) times the lane's scale,
-    exactly (NV: scale pre-multiplied by 2^118, result times 2^-8), for random words and edge scales."""
-    asm = (_ASM_NV if kind == "nv" else _ASM_MX).value
-    scales = [2.0 ** -9, 3 * 2.0 ** -9, 1.0, 1.75, 448.0] if kind == "nv" else [2.0 ** k for k in (-127, -40, 0, 7, 120)]
-    pre, post = (2.0 ** 118, 2.0 ** 8) if kind == "nv" else (1.0, 1.0)
-    rng = np.random.default_rng(0)
-    words = [(0x76543210, 0xFEDCBA98)] + [tuple(int(w) for w in rng.integers(0, 2 ** 32, 2)) for _ in range(60)]
-    for i, (w0, w1) in enumerate(words):
-        s0, s1 = scales[i % len(scales)], scales[(3 * i + 1) % len(scales)]
-        env = run_ptx(asm, {"$8": w0, "$9": w1, "$10": _to_bf16(s0 * pre) | _to_bf16(s1 * pre) << 16})
-        for j in range(8):
-            for lane, (w, s) in enumerate(((w0, s0), (w1, s1))):
-                code = (w >> 4 * j) & 15
-                want = (-1.0 if code & 8 else 1.0) * E2M1_VALUES[code & 7] * s
-                got = _bf16(env[f"${j}"] >> 16 * lane) * post
-                assert got == want and math.copysign(1, got) == math.copysign(1, want), (hex(w), j, got, want)
 
 
 # ---- the backend ---------------------------------------------------------------------------------------
@@ -307,7 +208,7 @@ def test_bad_variant_and_empty_output():
 def test_gpu_configs_keep_block_k_inside_a_scale_chunk(name, M):
     """Every autotune config the GPU may launch for a K-scaled GEMM has BLOCK_K dividing the scale
     chunk (the interpreter runs its own config, so only this check guards the GPU one)."""
-    from lowbit.kernels.gemm import _TMA_TUNED, _PTR_TUNED, _chunk, _prune
+    from lowbit.kernels.gemm import _PTR_TUNED, _TMA_TUNED, _chunk, _prune
     recipe = Blockwise() if name == "blockwise" else MX(elem="e4m3")
     x, w = torch.randn(M, 256), torch.randn(128, 256)
     a = FP8Tensor.from_float(x, recipe, "input")
@@ -318,3 +219,37 @@ def test_gpu_configs_keep_block_k_inside_a_scale_chunk(name, M):
     for tuner in (_PTR_TUNED, _TMA_TUNED):
         cfgs = _prune(tuner.configs, {"M": M}, **plan, PROMOTE=True, HAS_BIAS=False)
         assert cfgs and all(chunk % c.kwargs["BLOCK_K"] == 0 for c in cfgs)
+        assert len({str(c) for c in cfgs}) == len(cfgs)  # no configuration benchmarked twice
+
+
+def test_gpu_configs_promote_every_128_k_at_most():
+    """Precise GEMMs: every configuration the GPU may launch sums at most 128 K in the tensor cores
+    before the fp32 add (BLOCK_K <= 128; the kernels also cap max_num_imprecise_acc at 128)."""
+    from lowbit.kernels.gemm import _PTR_TUNED, _TMA_TUNED, _prune
+    plan = dict(SA_ROWS=0, SA_K=0, SB_K=0, SB_COLS=0, K_SCALED=False, E8M0=False, HAS_BIAS=False)
+    for M in (16, 4096):
+        for tuner in (_PTR_TUNED, _TMA_TUNED):
+            cfgs = _prune(tuner.configs, {"M": M}, **plan, PROMOTE=True)
+            assert cfgs and all(c.kwargs["BLOCK_K"] <= 128 for c in cfgs)
+
+
+def test_auto_variant_is_tma_on_hopper_for_k_major_operands(monkeypatch):
+    """variant="auto": the TMA kernel on sm_90+ for K-major operands; otherwise (non-K-major
+    operands, pre-Hopper GPUs, the CPU) the pointer kernel."""
+    import lowbit.kernels.gemm as gemm
+    cap = [(9, 0)]
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cap[0])
+    cuda = torch.device("cuda")
+
+    def pick(recipe, k_major=True):
+        a, b = fp8_operands(recipe, 16, 32, 256)
+        if not k_major:
+            b = FP8Tensor.from_float(_sample(256, 32, 6), recipe, "weight")
+        return gemm._auto_variant(cuda, a._data, b._data)
+
+    assert pick(Current()) == "tma" and pick(Blockwise()) == "tma" and pick(MX()) == "tma"
+    assert pick(Current(), k_major=False) == "pointer"
+    cap[0] = (8, 9)
+    assert pick(Current()) == "pointer"
+    a, b = fp8_operands(Current(), 16, 32, 64)
+    assert gemm._auto_variant(a.device, a._data, b._data) == "pointer"  # CPU

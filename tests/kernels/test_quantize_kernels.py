@@ -2,7 +2,9 @@
 
 Every kernel output is compared bit for bit (data, scales, delayed-scaling state, generator state)
 with the torch reference (FP8Tensor/FP4Tensor.from_float, lowbit.kernels.cast's reference paths),
-on shapes with partial tiles and blocks, NaN / +-inf / -0 / subnormals / exact rounding ties.
+on shapes with partial tiles and blocks, NaN / +-inf / -0 / subnormals / exact rounding ties; the
+kernels' fast exact division against IEEE ``x / s`` for every bf16 x and scales over the whole
+fp32 range; the sm_90 PTX (IEEE division, no contraction, the RNE float8 cast).
 """
 import os
 import subprocess
@@ -11,15 +13,17 @@ import textwrap
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from lowbit.dtypes.fp4_tensor import FP4Tensor
 from lowbit.dtypes.fp8_tensor import FP8Tensor
-from lowbit.dtypes.quantize import pack_fp4, quantize, round_to_grid
-from lowbit.dtypes.formats import E2M1, E4M3
+from lowbit.dtypes.formats import E4M3
 from lowbit.kernels import cast
 from lowbit.kernels import quantize as kq
-from lowbit.kernels import quantize_fp4_kernels, quantize_fp8_kernels
-from lowbit.scaling.blocks import block_amax, block_any, expand_scale
+from lowbit.kernels import quantize_fp4_kernels, quantize_fp8_block_kernels, quantize_fp8_tensor_row_kernels, \
+    quantize_jit_helpers
+from lowbit.scaling.blocks import Block, block_amax
 from lowbit.scaling.delayed import DelayedScalingState
 from lowbit.scaling.hadamard import hadamard16, random_signs
 from lowbit.scaling.recipes import MX, NV, Blockwise, Current, Delayed, Rowwise
@@ -138,6 +142,35 @@ def test_delayed_scaling_amax_fused(algo):
         assert float(state.amax_history.max()) > 0
 
 
+def test_delayed_state_subclass_keeps_its_update():
+    """The fused state update is DelayedScalingState.update's; a subclass's own update is called."""
+    calls = []
+
+    class Logged(DelayedScalingState):
+        def update(self, amax):
+            calls.append(float(amax))
+            super().update(amax)
+
+    recipe = Delayed(history_len=2)
+    x = specials((16, 64), seed=16)
+    state, ref_state = Logged(recipe, E4M3), DelayedScalingState(recipe, E4M3)
+    for _ in range(2):
+        assert_fp8(kq.quantize_fp8_triton(x, recipe, "input", state),
+                   FP8Tensor.from_float(x, recipe, "input", state=ref_state))
+    assert len(calls) == 2 and calls[0] == float(block_amax(x, Block(-1, -1)))
+    assert_bits(state.amax_history, ref_state.amax_history, "amax history")
+    assert_bits(state.scale, ref_state.scale, "state scale")
+
+
+def test_div_rn_path_bit_exact(monkeypatch):
+    """The per-element ``div.rn`` variant (``_fast_div`` off) gives the same bits."""
+    monkeypatch.setattr(kq, "_fast_div", lambda: False)
+    x = specials((37, 300), seed=17)
+    for recipe, role in ((Current(), "grad"), (Rowwise(), "input"), (Blockwise(), "weight")):
+        check_fp8(x, recipe, role, transposed=True)
+    check_fp4(x[:, :288], NV(), "grad", random_signs(3))
+
+
 def test_fp8_layouts():
     base = specials((300, 37), seed=2)
     for x in (base.t(), base[:200, :30], base[:, 0].contiguous(), specials((2, 5, 96), seed=3),
@@ -157,6 +190,8 @@ def test_fp8_many_tiles_grid_stride():
                    FP8Tensor.from_float(x, recipe, "input", state=ref_state))
     assert_bits(state.amax_history, ref_state.amax_history, "amax history")
     check_fp8(x, Current(), "input")
+    check_fp8(x, Rowwise(), "input")  # rows longer than one column chunk of the one-pass kernel
+    check_fp8(specials((1100, 24), seed=15), Rowwise(), "grad", transposed=True)  # several row chunks
     check_fp8(x, Blockwise(), "input", transposed=True)
 
 
@@ -179,35 +214,52 @@ def test_fp8_edge_values(case):
         check_fp8(x, recipe, "input")
 
 
-def test_scales_as_torch_computes_them_on_cuda(monkeypatch):
-    """On CUDA torch evaluates ``tensor / python_float`` as ``tensor * fp32(1 / d)``; the kernels do
-    the same there. Forced here on the CPU, the scales must follow that formula exactly."""
-    monkeypatch.setattr(kq, "scalar_div_is_reciprocal", lambda device: True)
-    inv = lambda d: torch.tensor(1.0) / torch.tensor(d)  # noqa: E731  fp32 reciprocal, as ATen's host code
-    x = specials((37, 300), seed=6)
-    def recip_scale(a, fmax):
-        s = a * inv(fmax)
-        return torch.where((a > 0) & (s > 0), s, torch.ones_like(a))
+@triton.jit
+def _div_probe_kernel(x_ptr, s_ptr, out_ptr, N, S: tl.constexpr, BLOCK: tl.constexpr, FAST_DIV: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < N, other=1.0)
+    s = tl.load(s_ptr + tl.arange(0, S))
+    p2k, sp, ys = quantize_jit_helpers._div_parts(s, FAST_DIV)
+    q = quantize_jit_helpers._div_rn(x[None, :], p2k[:, None], sp[:, None], ys[:, None], FAST_DIV)
+    tl.store(out_ptr + tl.arange(0, S)[:, None] * N + offs[None, :], q, mask=(offs < N)[None, :])
 
-    for recipe, role in ((Current(), "grad"), (Rowwise(), "input"), (Blockwise(), "weight")):
-        fmt, block = recipe.format(role), recipe.granularity(role)
-        s = recip_scale(block_amax(x, block), fmt.max)
-        got = kq.quantize_fp8_triton(x, recipe, role)
-        assert_bits(got._scale, s, f"{recipe} scale")
-        assert_bits(got._data, quantize(x, fmt, expand_scale(s, x.shape, block)), f"{recipe} data")
-    ieee = Rowwise().scales(x, "input")
-    assert bool((_bits(ieee) != _bits(kq.quantize_fp8_triton(x, Rowwise(), "input")._scale)).any())  # the paths differ
-    # NV: s_global = amax * fp32(1/2688); s_block = e4m3(amax_b * fp32(1/6) / s_global)
-    xs = specials((32, 64), seed=7)
-    block = NV().granularity("weight")
-    amax_b = block_amax(xs, block)
-    g = recip_scale(amax_b.amax(), 448.0 * 6.0)
-    sb = torch.clamp(round_to_grid(amax_b * inv(6.0) / g, E4M3), min=E4M3.min_subnormal)
-    sb = torch.where(block_any(torch.isnan(xs), block), torch.full_like(sb, float("nan")), sb)
-    got = kq.quantize_fp4_triton(xs, NV(), "weight")
-    assert_bits(got._global_scale, g, "nv global")
-    assert_bits(got._scale, sb.to(torch.float8_e4m3fn), "nv block scales")
-    assert_bits(got._qdata, pack_fp4(quantize(xs, E2M1, expand_scale(sb * g, xs.shape, block))), "nv data")
+
+def _div_probe(x, s, fast):
+    out = torch.empty(s.numel(), x.numel())
+    _div_probe_kernel[(triton.cdiv(x.numel(), 8192),)](x, s, out, x.numel(), S=s.numel(), BLOCK=8192, FAST_DIV=fast)
+    return out
+
+
+@pytest.mark.parametrize("inputs", ["all bf16", "random fp32"])
+def test_fast_division_is_ieee(inputs):
+    """``_div_rn`` (reciprocal + two Newton-Markstein steps) against IEEE ``x / s`` for every bf16
+    x (or random fp32 bit patterns) and scales from the smallest subnormal to near fp32 max: the
+    same fp32 bits wherever 2^-80 <= |x / s| < 2^100; below, a quotient of the same sign under
+    2^-79 (every float8 format rounds it to a signed 0); above, the same sign and >= 2^99 (it
+    saturates); NaN exactly where the quotient is NaN. The ``div.rn`` path is bit-exact everywhere."""
+    g = torch.Generator().manual_seed(21)
+    if inputs == "all bf16":
+        x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()
+    else:
+        x = torch.randint(-2 ** 31, 2 ** 31, (65536,), generator=g, dtype=torch.int64).to(torch.int32).view(torch.float32)
+    amax = torch.rand(40, generator=g) * torch.exp2(torch.randint(-60, 60, (40,), generator=g).float())
+    special = torch.tensor([2.0 ** -149, 1e-41, 2.0 ** -126, 1.1754942e-38, 1.0, 2.0 ** -7, 1.9999999, 3.0e38,
+                            1.7014118e38, 2.0 ** 100, 0.75, 1.0 / 3.0, 5e-30, 448.0, 57344.0, 6.0 * 448.0,
+                            2.0 ** -100, 1.5 * 2.0 ** -140, 0.0009765625, 2.0 ** 63, 7.0, 1.0000001, 0.99999994,
+                            3.4e38])
+    s = torch.cat([special, amax / 448.0]).float()
+    ref = x[None, :] / s[:, None]
+    assert_bits(_div_probe(x, s, False), ref, "div_rn path")
+    got = _div_probe(x, s, True)
+    a = ref.abs()
+    mid = (a >= 2.0 ** -80) & (a < 2.0 ** 100)
+    assert_bits(got[mid], ref[mid], "fast division, 2^-80 <= |q| < 2^100")
+    sign = lambda t: _bits(t) < 0  # noqa: E731
+    lo, hi, nan = a < 2.0 ** -80, a >= 2.0 ** 100, torch.isnan(ref)
+    assert torch.equal(torch.isnan(got), nan)
+    assert bool((got[lo].abs() < 2.0 ** -79).all()) and torch.equal(sign(got[lo]), sign(ref[lo]))
+    assert bool((got[hi & ~nan].abs() >= 2.0 ** 99).all()) and torch.equal(sign(got[hi & ~nan]), sign(ref[hi & ~nan]))
+    assert int(mid.sum()) > 2_000_000 and int(lo.sum()) > 1000 and int(hi.sum()) > 1000  # every range is exercised
 
 
 # ---- FP4 ------------------------------------------------------------------------------------
@@ -295,7 +347,8 @@ def test_declines_return_none(monkeypatch):
 
 def test_scan_specs_one_per_kernel_and_complete():
     import inspect
-    for mod in (quantize_fp8_kernels, quantize_fp4_kernels):
+    kernel_modules = (quantize_fp8_tensor_row_kernels, quantize_fp8_block_kernels, quantize_fp4_kernels)
+    for mod in kernel_modules:
         kernels = {n for n, v in vars(mod).items() if n.endswith("_kernel") and hasattr(v, "fn")}
         assert sorted(s["kernel"].fn.__name__ for s in mod.SCAN_SPECS) == sorted(kernels)
         for spec in mod.SCAN_SPECS:
@@ -303,39 +356,44 @@ def test_scan_specs_one_per_kernel_and_complete():
             assert list(spec["signature"]) == [p for p in params if p in spec["signature"]]
             assert set(spec["signature"]) == set(params)
             assert {p for p in params if spec["signature"][p] == "constexpr"} == set(spec["constexprs"])
-    assert len(kq.SCAN_SPECS) == len(quantize_fp8_kernels.SCAN_SPECS) + len(quantize_fp4_kernels.SCAN_SPECS)
+    assert len(kq.SCAN_SPECS) == sum(len(mod.SCAN_SPECS) for mod in kernel_modules)
+    assert not [n for n in vars(quantize_jit_helpers) if n.endswith("_kernel")]  # helpers only: no launches
 
 
 _PTX_SCRIPT = textwrap.dedent("""
     import json, triton
     from triton.compiler import ASTSource
     from triton.backends.compiler import GPUTarget
-    from lowbit.kernels import quantize_fp4_kernels as k4, quantize_fp8_kernels as k8
-    E4M3 = dict(FMAX=448.0, INV_FMAX=0.0022321429569274187, EMIN=-6, MBITS=3, IS_E4M3=True, RECIP=True)
+    from lowbit.kernels import quantize_fp4_kernels as k4, quantize_fp8_tensor_row_kernels as k8, \
+        quantize_jit_helpers as kh
+    E4M3 = dict(FMAX=448.0, EMIN=-6, MBITS=3, IS_E4M3=True)
     i32 = dict.fromkeys(("R", "C", "sxr", "sxc"), "i32")
-    specs = [
-        k8.scan_spec(k8._cast_tensor_kernel, {"x_ptr": "*fp32", "q_ptr": "*u8", "qt_ptr": "*u8",
-                     "scale_ptr": "*fp32", "amax_ptr": "*fp32", **i32, "sqr": "i32", "sqc": "i32",
-                     "n_tiles_c": "i32", "n_tiles": "i32"},
-                     dict(IN_BF16=False, DELAYED=False, WRITE_T=False, HW_CVT=True, BLOCK_R=4, BLOCK_C=64, **E4M3)),
-        k8.scan_spec(k4._fp4_cast_kernel, {"x_ptr": "*fp32", "signs_ptr": "*fp32", "u_ptr": "*fp32",
-                     "amax_ptr": "*fp32", "q_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32", **i32, "n_sc": "i32"},
-                     dict(IN_KIND=0, HADAMARD=True, NV=True, STOCHASTIC=True, RCEIL=False, RECIP=True,
-                          INV_6=0.1666666716337204, INV_2688=0.00037202381645329297, BR=1, BC=16,
-                          TILE_R=2, TILE_C=64)),
-    ]
     out = []
-    for s in specs:
-        src = ASTSource(s["kernel"], s["signature"], constexprs=s["constexprs"])
-        out.append(triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                                  options={"enable_fp_fusion": False}).asm["ptx"])
+    for fast in (False, True):
+        specs = [
+            kh.scan_spec(k8._cast_tensor_kernel, {"x_ptr": "*fp32", "q_ptr": "*u8", "qt_ptr": "*u8",
+                         "scale_ptr": "*fp32", "amax_ptr": "*fp32", **i32, "sqr": "i32", "sqc": "i32",
+                         "n_tiles_c": "i32", "n_tiles": "i32"},
+                         dict(IN_BF16=False, DELAYED=False, WRITE_T=False, HW_CVT=1, FAST_DIV=fast, FLAT=True, BLOCK_R=4,
+                              BLOCK_C=64, **E4M3)),
+            kh.scan_spec(k4._fp4_cast_kernel, {"x_ptr": "*fp32", "signs_ptr": "*fp32", "u_ptr": "*fp32",
+                         "amax_ptr": "*fp32", "q_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32", **i32, "n_sc": "i32"},
+                         dict(IN_KIND=0, HADAMARD=True, NV=True, STOCHASTIC=True, RCEIL=False, FAST_DIV=fast, BR=1,
+                              BC=16, TILE_R=2, TILE_C=64)),
+        ]
+        for s in specs:
+            src = ASTSource(s["kernel"], s["signature"], constexprs=s["constexprs"])
+            out.append(triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                      options={"enable_fp_fusion": False, "num_warps": 1}).asm["ptx"])
     print(json.dumps(out))
 """)
 
 
 def test_sm90_ptx_divides_exactly_and_casts_with_rne():
     """The GPU path's bit-exactness rests on these instructions: IEEE ``div.rn.f32`` (Triton's ``/``
-    is the approximate ``div.full.f32``), the saturating RNE float8 cast, and no contraction."""
+    is the approximate ``div.full.f32``), the saturating RNE float8 cast, and no contraction: the
+    only fma are the four of each fast division, whose per-element ``div.rn`` is gone (the tensor
+    scale keeps two: amax / fmax and its reciprocal)."""
     import json
     import lowbit
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -344,8 +402,14 @@ def test_sm90_ptx_divides_exactly_and_casts_with_rne():
     env["TRITON_DEFAULT_FP_FUSION"] = "0"
     res = subprocess.run([sys.executable, "-c", _PTX_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
-    fp8_ptx, fp4_ptx = json.loads(res.stdout.strip().splitlines()[-1])
-    for ptx in (fp8_ptx, fp4_ptx):
+    fp8_ptx, fp4_ptx, fp8_fast, fp4_fast = json.loads(res.stdout.strip().splitlines()[-1])
+    n_elem = 4 * 64 // 32  # elements per thread of the fp8 tile (one warp)
+    for ptx in (fp8_ptx, fp4_ptx, fp8_fast, fp4_fast):
         assert "div.rn.f32" in ptx
-        assert "div.full" not in ptx and "div.approx" not in ptx and "fma.rn.f32" not in ptx
-    assert "cvt.rn.satfinite.e4m3x2.f32" in fp8_ptx
+        assert "div.full" not in ptx and "div.approx" not in ptx
+    assert "fma.rn.f32" not in fp8_ptx and "fma.rn.f32" not in fp4_ptx
+    assert fp8_ptx.count("div.rn.f32") >= n_elem
+    assert fp8_fast.count("div.rn.f32") == 2  # amax / fmax and the reciprocal of the scale
+    assert fp8_fast.count("fma.rn.f32") == 4 * n_elem
+    assert fp4_fast.count("fma.rn.f32") % 4 == 0 and fp4_fast.count("fma.rn.f32") > 0
+    assert "cvt.rn.satfinite.e4m3x2.f32" in fp8_ptx and "cvt.rn.satfinite.e4m3x2.f32" in fp8_fast

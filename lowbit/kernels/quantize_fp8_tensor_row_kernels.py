@@ -1,0 +1,245 @@
+"""Fused FP8 quantize kernels with one scale per tensor or per row (Triton).
+
+Bit-exact with the torch reference (``lowbit.dtypes.quantize``, ``lowbit.scaling``), data and scales:
+
+    scale = amax / fmax             IEEE division; 1 when amax is 0 or the quotient is 0 / not finite
+    q = RNE_fmt(clamp(RN(fp32(x) / scale), -fmax, fmax)),  NaN -> 0x7F | sign  (saturating cast)
+
+with the exact reciprocal division ``_div_rn`` and the rounding ``_encode_fp8`` of
+``quantize_jit_helpers`` (whose docstring gives the proofs). amax is the max of the finite
+``|x|`` (NaN and inf count 0): the streaming loops keep ``max(|x|)`` elementwise in registers across
+a program's tiles (the hardware max ignores NaN), redo the pass without inf only when that came out
++inf, reduce once, then ``atomic_max`` into an fp32 buffer (one atomic per program): no host
+synchronisation anywhere.
+
+Kernels: ``_amax_kernel`` (tensor amax), ``_row_col_amax_kernel`` (row and column amax),
+``_cast_tensor_kernel`` (tensorwise: delayed scaling with the amax fused into the cast, or current
+scaling from a precomputed amax; optional transposed copy), ``_delayed_update_kernel`` (the
+delayed-scaling state update in one launch), ``_cast_rows_kernel`` (rowwise in one pass: a program
+owns whole rows), ``_cast_rowwise_kernel`` (row scales and column scales for the transposed copy,
+from precomputed amax).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .quantize_jit_helpers import _amax_to_scale, _div_parts, _div_rn, _encode_fp8, _finite_abs, _load_f32, \
+    _tile_ptrs, scan_spec
+
+__all__ = ["SCAN_SPECS"]
+
+
+@triton.jit
+def _finite_amax_again(x_ptr, R, C, sxr, sxc, n_tiles_c, n_tiles, IN_BF16: tl.constexpr, FLAT: tl.constexpr,
+                       BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Finite amax of this program's grid-stride tiles. The streaming loops keep ``max(|x|)`` (one
+    op an element; the hardware max ignores NaN) and call this only when that came out +inf."""
+    acc = tl.zeros([BLOCK_R, BLOCK_C], tl.float32)
+    for t in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
+        rows, cols, offs, mask = _tile_ptrs(t, n_tiles_c, R, C, sxr, sxc, FLAT, BLOCK_R, BLOCK_C)
+        acc = tl.maximum(acc, _finite_abs(_load_f32(x_ptr + offs, mask, IN_BF16)))
+    return tl.max(tl.max(acc, axis=1), axis=0)
+
+
+@triton.jit
+def _amax_kernel(x_ptr, amax_ptr, R, C, sxr, sxc, n_tiles_c, n_tiles,
+                 IN_BF16: tl.constexpr, FLAT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Finite amax of a (R, C) tensor by atomic_max into a zero-initialised fp32 scalar. Grid-stride
+    over tiles (``FLAT``: contiguous chunks); kept elementwise across the program's tiles and
+    reduced once: one atomic per program."""
+    acc = tl.zeros([BLOCK_R, BLOCK_C], tl.float32)
+    for t in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
+        rows, cols, offs, mask = _tile_ptrs(t, n_tiles_c, R, C, sxr, sxc, FLAT, BLOCK_R, BLOCK_C)
+        acc = tl.maximum(acc, tl.abs(_load_f32(x_ptr + offs, mask, IN_BF16)))  # max ignores NaN
+    amax = tl.max(tl.max(acc, axis=1), axis=0)
+    if amax == float("inf"):  # rare: an inf in this program's tiles; again, without it
+        amax = _finite_amax_again(x_ptr, R, C, sxr, sxc, n_tiles_c, n_tiles, IN_BF16, FLAT, BLOCK_R, BLOCK_C)
+    tl.atomic_max(amax_ptr, amax)
+
+
+@triton.jit
+def _row_col_amax_kernel(x_ptr, row_ptr, col_ptr, R, C, sxr, sxc, rows_per_prog,
+                         IN_BF16: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Finite amax of every row and every column of a (R, C) tensor, by atomic_max into
+    zero-initialised fp32 buffers. A program owns ``rows_per_prog`` rows of one BLOCK_C-wide column
+    strip: one row atomic per row and tile, the column amax kept elementwise and sent once."""
+    n_c = tl.cdiv(C, BLOCK_C)
+    r0 = (tl.program_id(0) // n_c) * rows_per_prog
+    cols = (tl.program_id(0) % n_c) * BLOCK_C + tl.arange(0, BLOCK_C)
+    c64 = cols[None, :].to(tl.int64)
+    acc = tl.zeros([BLOCK_R, BLOCK_C], tl.float32)
+    for r in range(r0, tl.minimum(r0 + rows_per_prog, R), BLOCK_R):
+        rows = r + tl.arange(0, BLOCK_R)
+        mask = (rows[:, None] < R) & (cols[None, :] < C)
+        a = _finite_abs(_load_f32(x_ptr + rows[:, None].to(tl.int64) * sxr + c64 * sxc, mask, IN_BF16))
+        tl.atomic_max(row_ptr + rows, tl.max(a, axis=1), mask=rows < R, sem="relaxed")
+        acc = tl.maximum(acc, a)
+    tl.atomic_max(col_ptr + cols, tl.max(acc, axis=0), mask=cols < C, sem="relaxed")
+
+
+@triton.jit
+def _cast_tensor_kernel(x_ptr, q_ptr, qt_ptr, scale_ptr, amax_ptr, R, C, sxr, sxc, sqr, sqc,
+                        n_tiles_c, n_tiles,
+                        IN_BF16: tl.constexpr, DELAYED: tl.constexpr, WRITE_T: tl.constexpr,
+                        FMAX: tl.constexpr, EMIN: tl.constexpr, MBITS: tl.constexpr, IS_E4M3: tl.constexpr,
+                        HW_CVT: tl.constexpr, FAST_DIV: tl.constexpr, FLAT: tl.constexpr,
+                        BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Tensorwise cast ``q = fp8(x / scale)``, plus ``qt = q.t()`` (contiguous) when ``WRITE_T``.
+
+    ``DELAYED``: ``scale`` is read from ``scale_ptr`` (the state's scale) and the finite amax of x
+    is computed in the same pass into ``amax_ptr`` (one read of x, one write of q; the amax is kept
+    elementwise across the program's tiles and reduced once at the end).
+    Otherwise (current scaling): ``scale = amax_to_scale(*amax_ptr)``, written to ``scale_ptr``."""
+    pid = tl.program_id(0)
+    if DELAYED:
+        scale = tl.load(scale_ptr)
+    else:
+        scale = _amax_to_scale(tl.load(amax_ptr), FMAX)
+        if pid == 0:
+            tl.store(scale_ptr, scale)
+    p2k, sp, ys = _div_parts(scale, FAST_DIV)
+    acc = tl.zeros([BLOCK_R, BLOCK_C], tl.float32)
+    for t in range(pid, n_tiles, tl.num_programs(0)):
+        rows, cols, offs, mask = _tile_ptrs(t, n_tiles_c, R, C, sxr, sxc, FLAT, BLOCK_R, BLOCK_C)
+        x = _load_f32(x_ptr + offs, mask, IN_BF16)
+        if DELAYED:
+            acc = tl.maximum(acc, tl.abs(x))  # max ignores NaN; inf is dealt with after the loop
+        q = _encode_fp8(_div_rn(x, p2k, sp, ys, FAST_DIV), FMAX, EMIN, MBITS, IS_E4M3, HW_CVT).to(tl.uint8)
+        if FLAT:  # q is contiguous like x
+            tl.store(q_ptr + offs, q, mask=mask)
+        else:
+            r64 = rows[:, None].to(tl.int64)
+            c64 = cols[None, :].to(tl.int64)
+            tl.store(q_ptr + r64 * sqr + c64 * sqc, q, mask=mask)
+            if WRITE_T:
+                tl.store(qt_ptr + c64 * R + r64, q, mask=mask)
+    if DELAYED:
+        amax = tl.max(tl.max(acc, axis=1), axis=0)
+        if amax == float("inf"):  # rare: an inf in this program's tiles; again, without it
+            amax = _finite_amax_again(x_ptr, R, C, sxr, sxc, n_tiles_c, n_tiles, IN_BF16, FLAT, BLOCK_R, BLOCK_C)
+        tl.atomic_max(amax_ptr, amax)
+
+
+@triton.jit
+def _delayed_update_kernel(amax_ptr, hist_ptr, scale_ptr, out_scale_ptr, L, FMAX: tl.constexpr,
+                           MARGIN_MUL: tl.constexpr, MOST_RECENT: tl.constexpr, BLOCK: tl.constexpr):
+    """``DelayedScalingState.update(amax)`` in one program, after copying the state's scale (the
+    one the cast used) to ``out_scale``: amax (0 if not finite) shifted into ``history[0]``;
+    ``A = max(history)`` or ``history[0]``; ``new = (A / fmax) * 2^margin`` (IEEE division, exact
+    power-of-two product); the scale becomes ``new`` when ``A > 0`` and ``new`` is finite and > 0."""
+    amax = tl.load(amax_ptr)
+    amax = tl.where(tl.abs(amax) < float("inf"), amax, 0.0)
+    old_scale = tl.load(scale_ptr)
+    tl.store(out_scale_ptr, old_scale)
+    i = tl.arange(0, BLOCK)
+    prev = tl.load(hist_ptr + i - 1, mask=(i >= 1) & (i < L), other=0.0)
+    hist = tl.where(i == 0, amax, prev)
+    if MOST_RECENT:
+        a = amax
+    else:
+        a = tl.max(tl.where(i < L, hist, -float("inf")), axis=0)
+    new = tl.div_rn(a, FMAX) * MARGIN_MUL
+    good = (a > 0) & (tl.abs(new) < float("inf")) & (new > 0)
+    tl.debug_barrier()  # every thread has read the old history before it is overwritten
+    tl.store(hist_ptr + i, hist, mask=i < L)
+    tl.store(scale_ptr, tl.where(good, new, old_scale))
+
+
+@triton.jit
+def _cast_rowwise_kernel(x_ptr, row_amax_ptr, col_amax_ptr, q_ptr, s_ptr, qt_ptr, st_ptr,
+                         R, C, sxr, sxc, sqr, sqc,
+                         IN_BF16: tl.constexpr, WRITE_T: tl.constexpr, FMAX: tl.constexpr,
+                         EMIN: tl.constexpr, MBITS: tl.constexpr, IS_E4M3: tl.constexpr,
+                         HW_CVT: tl.constexpr, FAST_DIV: tl.constexpr,
+                         BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Rowwise cast from precomputed row amax: ``q = fp8(x / s_row)``; with ``WRITE_T`` also the
+    quantization of ``x.t()`` along its own rows, i.e. ``qt = fp8(x / s_col).t()`` (contiguous)."""
+    pid_r = tl.program_id(0) // tl.cdiv(C, BLOCK_C)  # consecutive programs walk along a row of tiles
+    pid_c = tl.program_id(0) % tl.cdiv(C, BLOCK_C)
+    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    r64 = rows[:, None].to(tl.int64)
+    c64 = cols[None, :].to(tl.int64)
+    mask = (rows[:, None] < R) & (cols[None, :] < C)
+    x = _load_f32(x_ptr + r64 * sxr + c64 * sxc, mask, IN_BF16)
+    s_row = _amax_to_scale(tl.load(row_amax_ptr + rows, mask=rows < R, other=0.0), FMAX)
+    if pid_c == 0:
+        tl.store(s_ptr + rows, s_row, mask=rows < R)
+    p2k, sp, ys = _div_parts(s_row, FAST_DIV)
+    y = _div_rn(x, p2k[:, None], sp[:, None], ys[:, None], FAST_DIV)
+    q = _encode_fp8(y, FMAX, EMIN, MBITS, IS_E4M3, HW_CVT).to(tl.uint8)
+    tl.store(q_ptr + r64 * sqr + c64 * sqc, q, mask=mask)
+    if WRITE_T:
+        s_col = _amax_to_scale(tl.load(col_amax_ptr + cols, mask=cols < C, other=0.0), FMAX)
+        if pid_r == 0:
+            tl.store(st_ptr + cols, s_col, mask=cols < C)
+        p2k, sp, ys = _div_parts(s_col, FAST_DIV)
+        yt = _div_rn(x, p2k[None, :], sp[None, :], ys[None, :], FAST_DIV)
+        qt = _encode_fp8(yt, FMAX, EMIN, MBITS, IS_E4M3, HW_CVT).to(tl.uint8)
+        tl.store(qt_ptr + c64 * R + r64, qt, mask=mask)
+
+
+@triton.jit
+def _cast_rows_kernel(x_ptr, q_ptr, s_ptr, R, C, sxr, sxc, sqr, sqc,
+                      IN_BF16: tl.constexpr, FMAX: tl.constexpr, EMIN: tl.constexpr, MBITS: tl.constexpr,
+                      IS_E4M3: tl.constexpr, HW_CVT: tl.constexpr, FAST_DIV: tl.constexpr,
+                      BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Rowwise cast in one program per BLOCK_R rows: the row amax over the whole row (first loop),
+    then ``q = fp8(x / s_row)`` (second loop; it re-reads rows this program has just read, from
+    the L2 cache, so x crosses DRAM once)."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    r64 = rows[:, None].to(tl.int64)
+    acc = tl.zeros([BLOCK_R, BLOCK_C], tl.float32)
+    for c0 in range(0, C, BLOCK_C):
+        cols = c0 + tl.arange(0, BLOCK_C)
+        mask = (rows[:, None] < R) & (cols[None, :] < C)
+        acc = tl.maximum(acc, tl.abs(_load_f32(x_ptr + r64 * sxr + cols[None, :].to(tl.int64) * sxc, mask,
+                                               IN_BF16)))  # max ignores NaN
+    if tl.max(tl.max(acc, axis=1), axis=0) == float("inf"):  # rare: an inf in these rows; again, without it
+        acc = tl.zeros([BLOCK_R, BLOCK_C], tl.float32)
+        for c0 in range(0, C, BLOCK_C):
+            cols = c0 + tl.arange(0, BLOCK_C)
+            mask = (rows[:, None] < R) & (cols[None, :] < C)
+            acc = tl.maximum(acc, _finite_abs(_load_f32(x_ptr + r64 * sxr + cols[None, :].to(tl.int64) * sxc, mask,
+                                                        IN_BF16)))
+    s_row = _amax_to_scale(tl.max(acc, axis=1), FMAX)
+    tl.store(s_ptr + rows, s_row, mask=rows < R)
+    p2k, sp, ys = _div_parts(s_row, FAST_DIV)
+    for c0 in range(0, C, BLOCK_C):
+        cols = c0 + tl.arange(0, BLOCK_C)
+        c64 = cols[None, :].to(tl.int64)
+        mask = (rows[:, None] < R) & (cols[None, :] < C)
+        x = _load_f32(x_ptr + r64 * sxr + c64 * sxc, mask, IN_BF16)
+        y = _div_rn(x, p2k[:, None], sp[:, None], ys[:, None], FAST_DIV)
+        tl.store(q_ptr + r64 * sqr + c64 * sqc, _encode_fp8(y, FMAX, EMIN, MBITS, IS_E4M3, HW_CVT).to(tl.uint8),
+                 mask=mask)
+
+
+# ---- representative sm_90 compile configurations (the GPU launches; scanned by lowbit.fma_guard) --------
+
+_I32 = dict.fromkeys(("R", "C", "sxr", "sxc"), "i32")
+_E4M3 = dict(FMAX=448.0, EMIN=-6, MBITS=3, IS_E4M3=True, HW_CVT=1, FAST_DIV=True)
+
+SCAN_SPECS = (
+    scan_spec(_amax_kernel,
+              {"x_ptr": "*i16", "amax_ptr": "*fp32", **_I32, "n_tiles_c": "i32", "n_tiles": "i32"},
+              dict(IN_BF16=True, FLAT=True, BLOCK_R=8, BLOCK_C=512)),
+    scan_spec(_row_col_amax_kernel,
+              {"x_ptr": "*i16", "row_ptr": "*fp32", "col_ptr": "*fp32", **_I32, "rows_per_prog": "i32"},
+              dict(IN_BF16=True, BLOCK_R=32, BLOCK_C=128)),
+    scan_spec(_cast_tensor_kernel,
+              {"x_ptr": "*i16", "q_ptr": "*u8", "qt_ptr": "*u8", "scale_ptr": "*fp32", "amax_ptr": "*fp32", **_I32,
+               "sqr": "i32", "sqc": "i32", "n_tiles_c": "i32", "n_tiles": "i32"},
+              dict(IN_BF16=True, DELAYED=True, WRITE_T=True, FLAT=False, BLOCK_R=64, BLOCK_C=64, **_E4M3)),
+    scan_spec(_delayed_update_kernel,
+              {"amax_ptr": "*fp32", "hist_ptr": "*fp32", "scale_ptr": "*fp32", "out_scale_ptr": "*fp32", "L": "i32"},
+              dict(FMAX=448.0, MARGIN_MUL=1.0, MOST_RECENT=False, BLOCK=16), num_warps=1),
+    scan_spec(_cast_rowwise_kernel,
+              {"x_ptr": "*i16", "row_amax_ptr": "*fp32", "col_amax_ptr": "*fp32", "q_ptr": "*u8", "s_ptr": "*fp32",
+               "qt_ptr": "*u8", "st_ptr": "*fp32", **_I32, "sqr": "i32", "sqc": "i32"},
+              dict(IN_BF16=True, WRITE_T=True, BLOCK_R=64, BLOCK_C=64, **_E4M3)),
+    scan_spec(_cast_rows_kernel,
+              {"x_ptr": "*i16", "q_ptr": "*u8", "s_ptr": "*fp32", **_I32, "sqr": "i32", "sqc": "i32"},
+              dict(IN_BF16=True, BLOCK_R=4, BLOCK_C=1024, **_E4M3)),
+)

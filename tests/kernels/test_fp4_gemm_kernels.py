@@ -1,0 +1,219 @@
+"""FP4 GEMM kernels (lowbit.kernels.fp4_gemm ``_fp4_mm_kernel`` / ``_fp4_weight_only_kernel``), on
+the CPU interpreter, against the exact product of the dequantized operands with the FP32-accumulation
+bound (helpers from test_gemm_kernels.py).
+
+The kernels decode NV and MX alike to one operand per K step in a slot-major K order (column
+``j W + w`` holds element ``8w + j``): a permutation that differed between A and B, or between the
+weight and the activations, would be off by far more than the bound. Shapes cover partial M/N
+tiles, K a multiple of the K tile (EVEN_K, no masks) and not. MX needs no per-block promotion
+(scales live inside the bf16 operand), so it is held to the single-chain bound ``n = 1``; its
+out-of-range corner (``e2m1 * 2^k`` past fp32's range, NaN scale 0xFF, the subnormal scale 0x00)
+must come out as the torch backend's fp32 dequantization gives it. The CUDA-only PTX decode is
+checked by executing its instructions in Python on random packed words.
+"""
+import math
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from lowbit.dtypes import FP4Tensor
+from lowbit.kernels import scaled_mm
+from lowbit.kernels.emulation import emulated_scaled_mm
+from lowbit.kernels.fp4_gemm import (_ASM_MX, _ASM_NV, _MM_CONFIGS, _WO_CONFIGS, _prune_wo, fp4_scaled_mm,
+                                     fp4_support, fp4_weight_only_mm)
+from lowbit.scaling import MX, NV
+from lowbit.validate.metrics import U_BF16
+from test_gemm_kernels import _sample, assert_in_bound, assert_in_bound_bias
+
+RECIPES = {"nv": NV(), "nv-1x16": NV(weight_2d=False), "mx": MX(elem="e2m1"), "mx-64": MX(block=64, elem="e2m1")}
+
+
+def _fp4(name, rows, K, seed, role):
+    return FP4Tensor.from_float(_sample(rows, K, seed), RECIPES[name], role)
+
+
+# ---- FP4 x FP4 -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(RECIPES))
+@pytest.mark.parametrize("K", [192, 160])  # interpreter K tile 64: EVEN_K, and a masked last tile
+def test_fp4_mm_within_fp32_bound(name, K):
+    a = _fp4(name, 40, K, 21, "input")
+    b = _fp4(name, 48, K, 22, "weight").t()
+    out = fp4_scaled_mm(a, b, torch.float32)
+    assert out.shape == (40, 48)
+    assert_in_bound(out, a, b, 1)
+
+
+def test_fp4_mm_bias_bf16_output():
+    a = _fp4("nv", 40, 192, 23, "input")
+    b = _fp4("nv", 48, 192, 24, "weight").t()
+    bias = torch.randn(48, generator=torch.Generator().manual_seed(25)).to(torch.bfloat16)
+    out = fp4_scaled_mm(a, b, torch.bfloat16, bias)
+    assert out.dtype == torch.bfloat16
+    assert_in_bound_bias(out, a, b, bias, 1, U_BF16)
+
+
+# ---- weight-only ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,dtype,split,K", [("nv", torch.bfloat16, None, 192), ("nv-1x16", torch.float16, 3, 160),
+                                                ("mx", torch.bfloat16, 1, 256), ("mx-64", torch.bfloat16, 2, 192),
+                                                ("nv", torch.bfloat16, 4, 128)])  # splits 2, 3 start past K
+def test_fp4_weight_only_within_fp32_bound(name, dtype, split, K):
+    x = _sample(20, K, 26).to(dtype)
+    b = _fp4(name, 48, K, 27, "weight").t()
+    bias = torch.randn(48, generator=torch.Generator().manual_seed(28))
+    out = fp4_weight_only_mm(x, b, torch.float32, split_k=split)
+    assert out.shape == (20, 48)
+    assert_in_bound(out, x, b, 1)
+    assert_in_bound_bias(fp4_weight_only_mm(x, b, torch.float32, bias, split_k=split),
+                         x, b, bias, 1, 2.0 ** -24)
+
+
+@pytest.mark.parametrize("name", ["nv", "mx"])
+def test_triton_backend_runs_the_fp4_kernels(name):
+    """``scaled_mm(backend="triton")`` routes FP4 x FP4 and bf16 x FP4 to these kernels."""
+    K = 160
+    a = _fp4(name, 40, K, 11, "input")
+    b = _fp4(name, 48, K, 12, "weight").t()
+    assert_in_bound(scaled_mm(a, b, torch.float32, backend="triton"), a, b, 1)
+    x = _sample(20, K, 13).to(torch.bfloat16)
+    assert_in_bound(scaled_mm(x, b, torch.float32, backend="triton"), x, b, 1)
+
+
+# ---- MX scales out of range ----------------------------------------------------------------------------
+def _mx_corners(t: FP4Tensor) -> FP4Tensor:
+    """Row 0, block 0: scale 2^127 (0xFE) over codes 6, 0, 0, ... (6 * 2^127 overflows fp32 and bf16);
+    row 1, block 1: NaN scale (0xFF); row 2, block 0: scale 2^-127 (0x00, subnormal products)."""
+    s = t._scale.view(torch.uint8)
+    s[0, 0], s[1, 1], s[2, 0] = 0xFE, 0xFF, 0x00
+    t._qdata[0, :16] = 0
+    t._qdata[0, 0] = 0x07
+    return t
+
+
+@pytest.mark.parametrize("kernel", ["mm", "weight-only"])
+def test_mx_out_of_range_scales_match_torch_backend(kernel):
+    """Non-finite outputs where, and as, the torch backend has them (NaN / +-inf, order-independent
+    in fp32), every finite output inside the bound of the exact product."""
+    K = 128
+    if kernel == "mm":
+        a = _mx_corners(_fp4("mx", 24, K, 31, "input"))
+        b = _fp4("mx", 48, K, 32, "weight").t()
+        out = fp4_scaled_mm(a, b, torch.float32)
+    else:  # corners in the weight: its rows are the output's columns
+        a = _sample(24, K, 33).to(torch.bfloat16)
+        b = _mx_corners(_fp4("mx", 48, K, 34, "weight")).t()
+        out = fp4_weight_only_mm(a, b, torch.float32)
+    ref = emulated_scaled_mm(a, b, torch.float32)
+    assert bool(torch.isnan(ref).any()) and bool(torch.isinf(ref).any())  # the corners bite
+    assert torch.equal(torch.isnan(out), torch.isnan(ref))
+    assert torch.equal(torch.isinf(out), torch.isinf(ref))
+    inf = torch.isinf(ref)
+    assert torch.equal(out[inf], ref[inf])
+    A = a.dequantize(torch.float64) if isinstance(a, FP4Tensor) else a.double()
+    B = b.dequantize(torch.float64)
+    rows = torch.isfinite(A.float()).all(1)  # finite in fp32 (6 * 2^127 is finite in float64)
+    cols = torch.isfinite(B.float()).all(0)
+    assert bool(torch.isfinite(out[rows][:, cols]).all())
+    assert_in_bound(out[rows][:, cols], A[rows], B[:, cols], 1)
+
+
+# ---- bad input and GPU configurations ------------------------------------------------------------------
+def test_bad_inputs_say_why():
+    mx96 = MX(block=96, elem="e2m1")
+    a96 = FP4Tensor.from_float(_sample(16, 192, 4), mx96, "input")
+    b96 = FP4Tensor.from_float(_sample(16, 192, 5), mx96, "weight").t()
+    assert "32, 64 or 128" in fp4_support(a96, b96)
+    with pytest.raises(ValueError, match="32, 64 or 128"):
+        fp4_scaled_mm(a96, b96)
+    a, b = _fp4("nv", 16, 64, 1, "input"), _fp4("nv", 16, 64, 2, "weight").t()
+    with pytest.raises(ValueError, match="packed along K"):
+        fp4_scaled_mm(a, b.t())
+    x = _sample(16, 64, 3).to(torch.bfloat16)
+    with pytest.raises(ValueError, match="bf16/fp16"):
+        fp4_weight_only_mm(x.float(), b)
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="split_k"):
+            fp4_weight_only_mm(x, b, split_k=bad)
+
+
+@pytest.mark.parametrize("sblock", [16, 32, 64, 128])
+@pytest.mark.parametrize("M", [1, 16, 64, 128, 4096])
+def test_gpu_configs_hold_whole_scale_blocks(sblock, M):
+    """Every GPU configuration the launchers may use has a K tile of whole scale blocks and >= 16
+    words (the interpreter runs its own configuration, so only this check guards the GPU ones)."""
+    for c in _MM_CONFIGS:
+        assert c.kwargs["BLOCK_K"] % sblock == 0 and c.kwargs["BLOCK_K"] >= 128
+    kept = _prune_wo(_WO_CONFIGS, {"M": M, "K": 8192}, SBLOCK=sblock)  # as the autotuner calls it
+    assert kept and all(c.kwargs["BLOCK_K"] % sblock == 0 and c.kwargs["BLOCK_K"] >= 128 for c in kept)
+    want = 16 if M <= 16 else 64 if M <= 64 else 128
+    assert all(c.kwargs["BLOCK_M"] == want for c in kept)
+
+
+# ---- the CUDA decode (PTX), executed instruction by instruction ------------------------------------------
+def _bf16(bits: int) -> float:
+    return struct.unpack("<f", struct.pack("<I", (bits & 0xFFFF) << 16))[0]
+
+
+def _to_bf16(v: float) -> int:
+    t = torch.tensor([v], dtype=torch.float32).to(torch.bfloat16)
+    assert float(t) == v, f"{v} is not exact in bf16: the decode would round"
+    return int(t.view(torch.int16).item()) & 0xFFFF
+
+
+def run_ptx(asm: str, regs: dict) -> dict:
+    """Execute the straight-line PTX subset the decode uses (mov/and/or/shl/shr/prmt/mul.rn.bf16x2)."""
+    env = dict(regs)
+    for stmt in asm.replace("{", "").replace("}", "").split(";"):
+        stmt = stmt.strip()
+        if not stmt or stmt.startswith(".reg"):
+            continue
+        op, rest = stmt.split(None, 1)
+        args = [x.strip() for x in rest.split(",")]
+        v = [env[x] if x in env else int(x, 0) for x in args[1:]]
+        if op == "mov.b32":
+            r = v[0]
+        elif op == "and.b32":
+            r = v[0] & v[1]
+        elif op == "or.b32":
+            r = v[0] | v[1]
+        elif op == "shl.b32":
+            r = (v[0] << v[1]) & 0xFFFFFFFF
+        elif op == "shr.b32":
+            r = v[0] >> v[1]
+        elif op == "prmt.b32":  # default mode: byte k of d = byte sel_k of {b, a}, bit 3 = sign replicate
+            src = [(v[0] >> 8 * i) & 0xFF for i in range(4)] + [(v[1] >> 8 * i) & 0xFF for i in range(4)]
+            r = 0
+            for k in range(4):
+                s = (v[2] >> 4 * k) & 0xF
+                byte = src[s & 7] if not s & 8 else (0xFF if src[s & 7] & 0x80 else 0)
+                r |= byte << 8 * k
+        elif op == "mul.rn.bf16x2":
+            r = _to_bf16(_bf16(v[0]) * _bf16(v[1])) | _to_bf16(_bf16(v[0] >> 16) * _bf16(v[1] >> 16)) << 16
+        else:
+            raise AssertionError(f"unexpected PTX instruction {op}")
+        env[args[0]] = r
+    return env
+
+
+E2M1_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+@pytest.mark.parametrize("kind", ["nv", "mx"])
+def test_ptx_decode_matches_e2m1_times_scale(kind):
+    """Outputs $j of the decode = element j of words $8 / $9 (low / high lane) times the lane's scale,
+    exactly (NV: scale pre-multiplied by 2^118, result times 2^-8), for random words and edge scales."""
+    asm = (_ASM_NV if kind == "nv" else _ASM_MX).value
+    scales = [2.0 ** -9, 3 * 2.0 ** -9, 1.0, 1.75, 448.0] if kind == "nv" else [2.0 ** k for k in (-127, -40, 0, 7, 120)]
+    pre, post = (2.0 ** 118, 2.0 ** 8) if kind == "nv" else (1.0, 1.0)
+    rng = np.random.default_rng(0)
+    words = [(0x76543210, 0xFEDCBA98)] + [tuple(int(w) for w in rng.integers(0, 2 ** 32, 2)) for _ in range(60)]
+    for i, (w0, w1) in enumerate(words):
+        s0, s1 = scales[i % len(scales)], scales[(3 * i + 1) % len(scales)]
+        env = run_ptx(asm, {"$8": w0, "$9": w1, "$10": _to_bf16(s0 * pre) | _to_bf16(s1 * pre) << 16})
+        for j in range(8):
+            for lane, (w, s) in enumerate(((w0, s0), (w1, s1))):
+                code = (w >> 4 * j) & 15
+                want = (-1.0 if code & 8 else 1.0) * E2M1_VALUES[code & 7] * s
+                got = _bf16(env[f"${j}"] >> 16 * lane) * post
+                assert got == want and math.copysign(1, got) == math.copysign(1, want), (hex(w), j, got, want)
