@@ -26,15 +26,16 @@ def add_arguments(p) -> None:
     p.add_argument("--seeds", type=int, default=1, help="train every format from seeds SEED..SEED+N-1 and average")
     p.add_argument("--out", default=".", help="folder for demo.json and demo_loss.png")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--eager", action="store_true", help="CUDA: eager steps instead of CUDA-graph replay")
 
 
 def run(args) -> int:
     from .report import plot, table
     from .train import DemoConfig, run_demo
     formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
-    cfg = DemoConfig(formats=formats, size=args.size, steps=args.steps, batch=args.batch, seed=args.seed, seeds=args.seeds,
-                     device=args.device, backend=args.backend, baseline=args.baseline,
-                     progress=not args.no_progress)
+    cfg = DemoConfig(formats=formats, size=args.size, steps=args.steps, batch=args.batch, seed=args.seed,
+                     seeds=args.seeds, device=args.device, backend=args.backend, baseline=args.baseline,
+                     progress=not args.no_progress, graph=False if args.eager else None)
     result = run_demo(cfg)
     os.makedirs(args.out, exist_ok=True)
     png = os.path.join(args.out, "demo_loss.png")
