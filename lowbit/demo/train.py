@@ -7,16 +7,17 @@ CUDA; ``"fp32"`` (no autocast) on the CPU, where bf16 matmuls are emulated and ~
 fp32 on common laptop CPUs without bf16 instructions. ``baseline="bf16"`` forces bf16 on a CPU.
 
 Reported per run: the loss curve, the final loss (mean training loss over the last 10% of steps),
-the held-out loss at the end, tokens/s (wall clock, excluding the first 4 steps: warm-up and graph capture), peak memory
-(CUDA: ``max_memory_allocated``; CPU: not measured) and any error (a failing format is recorded
-and the demo goes on).
+the held-out loss at the end, tokens/s (wall clock, excluding the first 4 steps: warm-up and
+graph capture), peak memory (CUDA: ``max_memory_allocated``; CPU: not measured) and any error (a
+failing format is recorded and the demo goes on).
 
 Seeds: with ``seeds=n`` every format trains from seeds ``seed .. seed+n-1`` (initial weights and
 data order both change with the seed; seed ``s`` is the same for every format). A format's row
 then holds the mean final loss, the per-seed final losses and their sample standard deviation, and
-the mean loss curve; its gap is ``100 (mean_fmt - mean_base) / mean_base``. Two runs of the same
-format from different seeds differ by a few tenths of a percent to a few percent at demo lengths,
-so one seed cannot resolve a 0.5% gap; the standard deviation says how far a gap can be trusted.
+the mean loss curve; its gap is ``100 (mean_fmt - mean_base) / mean_base`` (``report.table`` adds
+the standard error of the paired per-seed gaps). Two runs of the same format from different seeds
+differ by a few tenths of a percent to a few percent at demo lengths (on the GPU even two runs of
+one seed do), so one seed cannot resolve a 0.5% gap.
 
 On CUDA the step is replayed from a CUDA graph (``step.py``) unless ``graph=False`` or the format
 rounds gradients stochastically (NVFP4), which keeps it eager.

@@ -23,7 +23,8 @@ def scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias=None, backend: 
               fast_accum: bool = False) -> torch.Tensor:
     """``a @ b (+ bias)`` with a ``(M, K)``, b ``(K, N)`` lowbit tensors (a may be a plain tensor),
     on ``backend`` ("auto", "torch", or "triton" once registered). ``fast_accum``: allow one long
-    tensor-core accumulation without FP32 promotion (a request; exact backends ignore it)."""
+    tensor-core accumulation without FP32 promotion (a request, passed to backends that declare
+    ``Backend.fast_accum``; the exact emulation does not)."""
     if not isinstance(b, LowbitTensor):
         raise TypeError(f"scaled_mm: b must be an FP8Tensor or FP4Tensor, got {type(b).__name__}")
     if not isinstance(a, torch.Tensor):
@@ -35,7 +36,7 @@ def scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias=None, backend: 
     if out_dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise TypeError(f"scaled_mm: out_dtype must be float32/bfloat16/float16, got {out_dtype}")
     be = BACKENDS.select(backend, a, b, out_dtype, bias)
-    if fast_accum:
+    if fast_accum and be.fast_accum:
         return be.scaled_mm(a, b, out_dtype, bias, fast_accum=True)
     return be.scaled_mm(a, b, out_dtype, bias)
 

@@ -73,8 +73,7 @@ def _global(t) -> torch.Tensor:
     return None
 
 
-def emulated_scaled_mm(a, b, out_dtype=torch.float32, bias=None, fast_accum: bool = False) -> torch.Tensor:
-    """Exact emulation (``fast_accum`` is accepted and ignored: nothing here accumulates in low precision)."""
+def emulated_scaled_mm(a, b, out_dtype=torch.float32, bias=None) -> torch.Tensor:
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"scaled_mm: shapes {tuple(a.shape)} @ {tuple(b.shape)} do not make a 2-D product")
     if isinstance(a, FP8Tensor) and isinstance(b, FP8Tensor) and not (_exact_dequant(a) and _exact_dequant(b)):

@@ -1,8 +1,9 @@
 """Backend registry for scaled GEMMs: an explicit registry object, no hidden global switch.
 
 A backend has a ``name``, ``supports(a, b, out_dtype, bias) -> None | str`` (None: it can run this
-call; a string: why not) and ``scaled_mm(a, b, out_dtype, bias)`` (also called with
-``fast_accum=True`` when the caller allows unpromoted accumulation), and optionally fused casts
+call; a string: why not) and ``scaled_mm(a, b, out_dtype, bias)`` (called with ``fast_accum=True``
+when the caller allows unpromoted accumulation and the backend declares ``fast_accum``), and
+optionally fused casts
 (``quantize_fp8``, ``quantize_fp8_t``, ``quantize_fp4``, same signatures as ``lowbit.kernels.cast``,
 returning None to decline). ``select`` picks, for
 ``"auto"``, the registered backend of highest priority that supports the call; the ``"torch"``
@@ -25,6 +26,7 @@ class Backend:
     supports: Callable = lambda a, b, out_dtype, bias: None  # noqa: E731
     priority: int = 0  # higher wins under "auto"
     devices: tuple = ("cpu", "cuda")  # device types the backend can serve at all
+    fast_accum: bool = False  # scaled_mm takes fast_accum= (a faster, unpromoted accumulation)
     # optional fused casts (lowbit.kernels.cast); each returns None to decline a call
     quantize_fp8: Callable = None
     quantize_fp8_t: Callable = None

@@ -97,7 +97,7 @@ def _fused_cast(name: str):
 def make_backend(name: str = "triton", priority: int = 10, fast_accum: bool = False) -> Backend:
     """A Backend running the Triton kernels (``fast_accum``: see the module docstring)."""
     return Backend(name=name, scaled_mm=functools.partial(triton_scaled_mm, fast_accum=fast_accum),
-                   supports=triton_supports, priority=priority, devices=("cuda",),
+                   supports=triton_supports, priority=priority, devices=("cuda",), fast_accum=True,
                    quantize_fp8=_fused_cast("quantize_fp8_triton"),
                    quantize_fp8_t=_fused_cast("quantize_fp8_t_triton"),
                    quantize_fp4=_fused_cast("quantize_fp4_triton"))

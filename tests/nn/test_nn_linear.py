@@ -244,15 +244,16 @@ def test_explicit_backend_that_cannot_serve_device_falls_back(monkeypatch):
                                               (Current(fast_accum_fwd=False), False)], ids=str)
 def test_fast_accumulation_is_asked_for_in_the_forward_gemm_only(monkeypatch, recipe, fwd_fast):
     """TE/torchao default: the forward GEMM may accumulate without promotion; dgrad and wgrad
-    (K = tokens) never. The request reaches the backend; the exact emulation ignores it."""
+    (K = tokens) never. The request reaches a backend that declares ``fast_accum``; results here
+    equal the exact emulation's (the recording backend runs it)."""
     from dataclasses import replace
     from lowbit.kernels import BACKENDS
     torch_be, calls = BACKENDS.get("torch"), []
 
-    def mm(a, b, out_dtype, bias, **kw):
-        calls.append(kw.get("fast_accum", False))
-        return torch_be.scaled_mm(a, b, out_dtype, bias, **kw)
-    monkeypatch.setitem(BACKENDS.backends, "rec", replace(torch_be, name="rec", scaled_mm=mm))
+    def mm(a, b, out_dtype, bias, fast_accum=False):
+        calls.append(fast_accum)
+        return torch_be.scaled_mm(a, b, out_dtype, bias)
+    monkeypatch.setitem(BACKENDS.backends, "rec", replace(torch_be, name="rec", scaled_mm=mm, fast_accum=True))
     layer = Linear(64, 64, recipe=recipe, backend="rec")
     ref = Linear.from_float(layer.to_float(), recipe, backend="torch")
     x, _, _, dy = _data()
@@ -260,6 +261,10 @@ def test_fast_accumulation_is_asked_for_in_the_forward_gemm_only(monkeypatch, re
     assert calls == [fwd_fast, False, False]  # forward, dgrad, wgrad
     for a, b in zip(outs, _run(ref, x, dy)):
         assert torch.equal(a, b)
+    calls.clear()  # a backend without the capability is called as before (the emulation: exact)
+    monkeypatch.setitem(BACKENDS.backends, "rec", replace(torch_be, name="rec", scaled_mm=mm, fast_accum=False))
+    _run(layer, x, dy)
+    assert calls == [False, False, False]
 
 
 def test_public_exports():
