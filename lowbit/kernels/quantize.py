@@ -256,10 +256,19 @@ def _fp8_rowwise(x2, q2, qt, transposed, common):
     return scale, st
 
 
+def _blocks_fast_div() -> bool:
+    """The block kernel divides by ``div.rn.f32`` per element, not by ``_fast_div``'s reciprocal:
+    the fast division's straight-line fma chains raise the 16-warp 1x128 kernel on sm_90 from 32 to
+    48 registers a thread (63 -> 102 with the transposed copy; triton 3.6), i.e. from 4 to 2 (2 to 1)
+    resident programs per SM; tests/kernels/test_quantize_kernels.py checks the launched counts."""
+    return False
+
+
 def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
     """Blockwise / MX in one pass over x. A program's tile holds whole blocks of both copies and is
     worked through in chunks of ~``_tile_elems`` elements; only the tallest blocks (128x128, or the
     128x1 blocks of a transposed 1x128 copy) may be taller than a chunk. Returns both scales."""
+    common = dict(common, FAST_DIV=_blocks_fast_div())
     R, C = x2.shape
     mx = type(recipe) is MX
     heights = {block.rows, tblock.rows if transposed else 1}

@@ -5,7 +5,8 @@ and scales, per (BR, BC) block b of x:
 
     amax_b = max over b of the finite |x|   (NaN and inf count 0)
     Blockwise: s_b = amax_b / fmax (IEEE; 1 when amax_b is 0 or the quotient is 0 / not finite),
-               q = RNE_fmt(clamp(RN(fp32(x) / s_b), -fmax, fmax))  by the exact reciprocal ``_div_rn``
+               q = RNE_fmt(clamp(RN(fp32(x) / s_b), -fmax, fmax))  by ``_div_rn``: ``div.rn.f32`` as
+               launched (``quantize._blocks_fast_div``: fewer registers), the exact reciprocal with ``FAST_DIV``
     MX:        s_b = 2^k (E8M0 code k + 127; k by the floor / rceil rule, ``_mx_exponent``),
                q = RNE_fmt(clamp(x * 2^-k, -fmax, fmax))  (x / 2^k == x * 2^-k exactly);
                a block holding NaN gets code 0xFF and every element the NaN code
@@ -144,7 +145,7 @@ def _cast_blocks_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, R, C, sxr, sxc, sqr
 # ---- representative sm_90 compile configurations (the GPU launches; scanned by lowbit.fma_guard) --------
 
 _I32 = dict.fromkeys(("R", "C", "sxr", "sxc"), "i32")
-_E4M3 = dict(FMAX=448.0, EMIN=-6, MBITS=3, IS_E4M3=True, HW_CVT=1, FAST_DIV=True)
+_E4M3 = dict(FMAX=448.0, EMIN=-6, MBITS=3, IS_E4M3=True, HW_CVT=1, FAST_DIV=False)  # as launched (_blocks_fast_div)
 
 SCAN_SPECS = (
     scan_spec(_cast_blocks_kernel,

@@ -4,7 +4,8 @@ Every kernel output is compared bit for bit (data, scales, delayed-scaling state
 with the torch reference (FP8Tensor/FP4Tensor.from_float, lowbit.kernels.cast's reference paths),
 on shapes with partial tiles and blocks, NaN / +-inf / -0 / subnormals / exact rounding ties; the
 kernels' fast exact division against IEEE ``x / s`` for every bf16 x and scales over the whole
-fp32 range; the sm_90 PTX (IEEE division, no contraction, the RNE float8 cast).
+fp32 range; the sm_90 PTX (IEEE division, no contraction, the RNE float8 cast) and the registers
+of the block cast as launched (programs resident per SM).
 """
 import os
 import subprocess
@@ -169,6 +170,15 @@ def test_div_rn_path_bit_exact(monkeypatch):
     for recipe, role in ((Current(), "grad"), (Rowwise(), "input"), (Blockwise(), "weight")):
         check_fp8(x, recipe, role, transposed=True)
     check_fp4(x[:, :288], NV(), "grad", random_signs(3))
+
+
+def test_blocks_fast_div_path_bit_exact(monkeypatch):
+    """The block kernel's fast-division variant (``_blocks_fast_div`` on; launched with ``div.rn``)
+    gives the same bits."""
+    monkeypatch.setattr(kq, "_blocks_fast_div", lambda: True)
+    x = specials((37, 300), seed=19)
+    for role in ("input", "weight"):
+        check_fp8(x, Blockwise(), role, transposed=True)
 
 
 def test_fp8_layouts():
@@ -413,3 +423,74 @@ def test_sm90_ptx_divides_exactly_and_casts_with_rne():
     assert fp8_fast.count("fma.rn.f32") == 4 * n_elem
     assert fp4_fast.count("fma.rn.f32") % 4 == 0 and fp4_fast.count("fma.rn.f32") > 0
     assert "cvt.rn.satfinite.e4m3x2.f32" in fp8_ptx and "cvt.rn.satfinite.e4m3x2.f32" in fp8_fast
+
+
+_BLOCKS_SCRIPT = textwrap.dedent("""
+    import inspect, json, os, subprocess, tempfile, torch, triton
+    from triton.compiler import ASTSource
+    from triton.backends.compiler import GPUTarget
+    from lowbit.dtypes.formats import E4M3
+    from lowbit.kernels import quantize as kq
+    from lowbit.scaling.recipes import Blockwise
+    kernel, launches = kq._k8b._cast_blocks_kernel, []
+    class Recorder:  # the launcher's grid, arguments and options, as it would launch them
+        def __getitem__(self, grid):
+            return lambda *args, **kw: launches.append((grid, args, kw))
+    kq._k8b = type("K", (), {"_cast_blocks_kernel": Recorder()})
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    ptr = {torch.int16: "*i16", torch.uint8: "*u8", torch.float32: "*fp32"}
+    x = torch.empty(16384, 4096, dtype=torch.bfloat16, device="meta")
+    block = Blockwise().granularity("input")
+    common = dict(IN_BF16=True, HW_CVT=1, FAST_DIV=kq._fast_div(), **kq._fmt_consts(E4M3))  # _launch_fp8 on sm_90
+    out = []
+    for transposed in (False, True):
+        kq._fp8_blocks(x, torch.empty(x.shape, dtype=torch.uint8, device="meta"),
+                       torch.empty(4096, 16384, dtype=torch.uint8, device="meta"), Blockwise(), E4M3, block,
+                       block.t(), transposed, common)
+        grid, args, kw = launches[-1]
+        sig, cx, attrs = {}, {}, {}
+        for i, (p, a) in enumerate(zip(inspect.signature(kernel.fn).parameters, args)):
+            if isinstance(a, torch.Tensor):  # the JIT's specialisation: 16-byte pointers, ints == 1 or % 16
+                sig[p], attrs[(i,)] = ptr[a.dtype], [["tt.divisibility", 16]]
+            elif a == 1:
+                sig[p], cx[p] = "constexpr", 1
+            else:
+                sig[p] = "i32"
+                if a % 16 == 0:
+                    attrs[(i,)] = [["tt.divisibility", 16]]
+        opts = {k: kw.pop(k) for k in ("num_warps", "enable_fp_fusion")}
+        sig.update(dict.fromkeys(kw, "constexpr"))
+        cx.update(kw)
+        c = triton.compile(ASTSource(kernel, sig, constexprs=cx, attrs=attrs), target=GPUTarget("cuda", 90, 32),
+                           options=opts)
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(c.asm["cubin"])
+            f.flush()
+            res = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True, check=True)
+        usage = dict(w.split(":") for w in res.stdout.split("Function")[-1].split() if ":" in w)
+        out.append(dict(grid=list(grid), num_warps=opts["num_warps"], regs=int(usage["REG"]),
+                        stack=int(usage["STACK"]), ptx=c.asm["ptx"]))
+    print(json.dumps(out))
+""")
+
+
+def test_sm90_block_cast_keeps_four_programs_per_sm():
+    """The 1x128 block cast as launched for a 16384x4096 bf16 input on an H200 (compiled for sm_90
+    with the launcher's grid, constexprs and options): 16-byte loads, no spills, and few enough
+    registers for 4 resident 16-warp programs per SM (2 with the transposed copy), as before the fast
+    division (which takes 48 and 102 registers there with triton 3.6: 2 and 1 programs)."""
+    import json
+    import lowbit
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(lowbit.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
+    res = subprocess.run([sys.executable, "-c", _BLOCKS_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    plain, with_t = json.loads(res.stdout.strip().splitlines()[-1])
+    for launch, n_programs, want in ((plain, 16384, 4), (with_t, 4096, 2)):  # 32x128 and 128x128 tiles
+        threads = 32 * launch["num_warps"]
+        regs_per_program = -(-launch["regs"] // 8) * 8 * threads  # registers are allocated 8 a thread at a time
+        resident = min(65536 // regs_per_program, 2048 // threads)  # sm_90: 64K registers, 2048 threads an SM
+        assert (launch["grid"], resident, launch["stack"]) == ([n_programs], want, 0), \
+            {n: v for n, v in launch.items() if n != "ptx"}
+        assert "ld.global.v4.b32" in launch["ptx"] and "fma.rn.f32" not in launch["ptx"]
