@@ -18,9 +18,10 @@ measured in this run (``dst.copy_(src)``, bytes read + written):
 ``--sweep`` (about 2 more minutes) also times every variant with the per-element ``div.rn.f32``
 instead of the fast exact division (``lowbit.kernels.quantize._fast_div``), the FP8 variants with
 the float8 cast saturating by itself (``_cvt_saturates``: no clamp before ``cvt.rn.satfinite``),
-each checked bit-exact first, and the main kernels with 2048 / 8192 / 16384-element tiles
+the block casts with the fast division (``_blocks_fast_div``; they use ``div.rn.f32``, which keeps
+their registers low), each checked bit-exact first, and the main kernels with 2048 / 8192 / 16384-element tiles
 (default 4096) and with 1/8 (the previous policy), 1/2 and 2x the grid-stride programs; rows
-named ``(div.rn)``, ``(cvt saturates)``, ``(tile N)``, ``(programs xF)``.
+named ``(div.rn)``, ``(cvt saturates)``, ``(blocks fast div)``, ``(tile N)``, ``(programs xF)``.
 Prints a table last and writes DIR/quantize.json.
 """
 from __future__ import annotations
@@ -267,7 +268,9 @@ def main():
         x = torch.randn(shapes[0], device=dev, dtype=torch.bfloat16)
         main_kernels = [v for v in variants() if v[0] in COMPILED + ("delayed e4m3 +T", "block 1x128 +T")]
         sweeps = [("div.rn", "_fast_div", lambda: False, variants()),
-                  ("cvt saturates", "_cvt_saturates", lambda: True, [v for v in variants() if v[1] == "fp8"])]
+                  ("cvt saturates", "_cvt_saturates", lambda: True, [v for v in variants() if v[1] == "fp8"]),
+                  ("blocks fast div", "_blocks_fast_div", lambda: True,
+                   [v for v in variants() if v[0].startswith(("block", "mxfp8"))])]
         sweeps += [(f"tile {e}", "_tile_elems", (lambda _x, e=e: e), main_kernels) for e in (2048, 8192, 16384)]
         progs = kq._max_programs
         sweeps += [(f"programs x{f}", "_max_programs", (lambda _x, n, f=f: max(1, int(progs(_x, n) * f))), main_kernels)
