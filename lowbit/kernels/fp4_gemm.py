@@ -44,7 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemm import _e8m0_to_fp32, _store_dtype, _store_tile, _tile_coords
+from .gemm import _e8m0_to_fp32, _store_dtype, _store_tile, _tile_coords, autotune_choices
 from .interpret import interpreting, runnable
 
 __all__ = ["fp4_scaled_mm", "fp4_weight_only_mm", "fp4_support", "weight_only_support", "last_config",
@@ -326,11 +326,7 @@ _WO_TUNED = triton.autotune(_WO_CONFIGS, key=["M", "N", "K", "SBLOCK", "SROWS", 
 
 def last_config() -> dict:
     """Configurations the autotuners chose, per kernel and (M, N, K)."""
-    out = {}
-    for name, tuner in (("fp4_mm", _MM_TUNED), ("fp4_weight_only", _WO_TUNED)):
-        for key, cfg in getattr(tuner, "cache", {}).items():
-            out[f"{name}{tuple(key)}"] = str(cfg)
-    return out
+    return autotune_choices({"fp4_mm": _MM_TUNED, "fp4_weight_only": _WO_TUNED})
 
 
 # ---- launchers -------------------------------------------------------------------------------------
@@ -377,11 +373,7 @@ def fp4_support(a, b) -> Optional[str]:
         return "FP4 operands of different kinds (NV x MX)"
     if a.kind == "mx" and a._block.cols != b._block.cols:
         return "MX operands with different block sizes"
-    M, K = a.shape
-    N = b.shape[1]
-    if K % 32 or N % 16 or K < 32:
-        return "FP4 GEMMs need K to be a multiple of 32 and N of 16"
-    return None
+    return _kn_reason(a, b)
 
 
 def weight_only_support(a, b) -> Optional[str]:
@@ -393,8 +385,11 @@ def weight_only_support(a, b) -> Optional[str]:
         return "weight-only FP4 GEMM takes bf16/fp16 activations"
     if a.dtype == torch.float16 and b.kind == "mx":
         return "MX weight-only GEMM takes bf16 activations (E8M0 scales exceed fp16's range)"
-    M, K = a.shape
-    N = b.shape[1]
+    return _kn_reason(a, b)
+
+
+def _kn_reason(a, b) -> Optional[str]:
+    K, N = a.shape[1], b.shape[1]
     if K % 32 or N % 16 or K < 32:
         return "FP4 GEMMs need K to be a multiple of 32 and N of 16"
     return None

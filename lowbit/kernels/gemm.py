@@ -157,6 +157,26 @@ def _store_tile(c_ptr, bias_ptr, out, off_m, off_n, M, N, stride_cm, stride_cn,
              out.to(c_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _k_step(acc, a, b, k0, sa_ptr, sb_ptr, off_m, off_n, M, N, stride_sam, stride_sak, stride_sbk, stride_sbn,
+            SA_ROWS: tl.constexpr, SA_K: tl.constexpr, SB_K: tl.constexpr, SB_COLS: tl.constexpr,
+            K_SCALED: tl.constexpr, PROMOTE: tl.constexpr, E8M0: tl.constexpr, BLOCK_M: tl.constexpr,
+            BLOCK_N: tl.constexpr, PROMOTE_K: tl.constexpr):
+    """``acc`` plus the K chunk at ``k0``: K-scaled, the chunk's dot starts at 0 and is scaled into
+    the fp32 sum; PROMOTE, the tensor cores sum at most PROMOTE_K before the fp32 add; else one long
+    tensor-core accumulation."""
+    if K_SCALED:
+        s = _chunk_scale(sa_ptr, sb_ptr, off_m, off_n, M, N, _k_index(k0, SA_K, stride_sak),
+                         _k_index(k0, SB_K, stride_sbk), stride_sam, stride_sbn,
+                         BLOCK_M, BLOCK_N, SA_ROWS, SB_COLS, E8M0)
+        acc += tl.dot(a, b) * s
+    elif PROMOTE:
+        acc = tl.dot(a, b, acc, max_num_imprecise_acc=PROMOTE_K)
+    else:
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
 # ---- kernels -----------------------------------------------------------------------------------
 @triton.jit
 def _scaled_mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N, K,
@@ -180,15 +200,9 @@ def _scaled_mm_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N, K,
     for k0 in range(0, K, BLOCK_K):
         a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k0, other=0.0)
         b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k0, other=0.0)
-        if K_SCALED:  # promote: each chunk's dot starts at 0 and is scaled into the fp32 sum
-            s = _chunk_scale(sa_ptr, sb_ptr, off_m, off_n, M, N, _k_index(k0, SA_K, stride_sak),
-                             _k_index(k0, SB_K, stride_sbk), stride_sam, stride_sbn,
-                             BLOCK_M, BLOCK_N, SA_ROWS, SB_COLS, E8M0)
-            acc += tl.dot(a, b) * s
-        elif PROMOTE:
-            acc = tl.dot(a, b, acc, max_num_imprecise_acc=PROMOTE_K)
-        else:
-            acc = tl.dot(a, b, acc)
+        acc = _k_step(acc, a, b, k0, sa_ptr, sb_ptr, off_m, off_n, M, N, stride_sam, stride_sak, stride_sbk,
+                      stride_sbn, SA_ROWS, SA_K, SB_K, SB_COLS, K_SCALED, PROMOTE, E8M0, BLOCK_M, BLOCK_N,
+                      PROMOTE_K)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     if not K_SCALED:
@@ -224,15 +238,9 @@ def _scaled_mm_tma_kernel(a_desc, b_desc, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N,
             k0 = ki * BLOCK_K
             a = a_desc.load([off_m, k0])
             b = b_desc.load([off_n, k0]).T
-            if K_SCALED:
-                s = _chunk_scale(sa_ptr, sb_ptr, off_m, off_n, M, N, _k_index(k0, SA_K, stride_sak),
-                                 _k_index(k0, SB_K, stride_sbk), stride_sam, stride_sbn,
-                                 BLOCK_M, BLOCK_N, SA_ROWS, SB_COLS, E8M0)
-                acc += tl.dot(a, b) * s
-            elif PROMOTE:
-                acc = tl.dot(a, b, acc, max_num_imprecise_acc=PROMOTE_K)
-            else:
-                acc = tl.dot(a, b, acc)
+            acc = _k_step(acc, a, b, k0, sa_ptr, sb_ptr, off_m, off_n, M, N, stride_sam, stride_sak,
+                          stride_sbk, stride_sbn, SA_ROWS, SA_K, SB_K, SB_COLS, K_SCALED, PROMOTE, E8M0,
+                          BLOCK_M, BLOCK_N, PROMOTE_K)
         tile_c += step
         pid_m, pid_n = _tile_coords(tile_c, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
@@ -313,13 +321,15 @@ _PTR_TUNED = _tuned(_scaled_mm_kernel, "pointer")
 _TMA_TUNED = _tuned(_scaled_mm_tma_kernel, "tma")
 
 
+def autotune_choices(tuners: dict) -> dict:
+    """``{"<name>(<tuning key>)": config}`` for every call the named autotuners have tuned."""
+    return {f"{name}{tuple(key)}": str(cfg) for name, tuner in tuners.items()
+            for key, cfg in getattr(tuner, "cache", {}).items()}
+
+
 def last_config() -> dict:
     """Configurations the autotuners chose, per kernel and tuning key (for benchmark reports)."""
-    out = {}
-    for name, tuner in (("pointer", _PTR_TUNED), ("tma", _TMA_TUNED)):
-        for key, cfg in getattr(tuner, "cache", {}).items():
-            out[f"{name}{tuple(key)}"] = str(cfg)
-    return out
+    return autotune_choices({"pointer": _PTR_TUNED, "tma": _TMA_TUNED})
 
 
 # ---- launcher ------------------------------------------------------------------------------------

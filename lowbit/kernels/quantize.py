@@ -176,16 +176,23 @@ def _opts(elems: int) -> dict:
     return dict(enable_fp_fusion=False, num_warps=min(16, max(4, elems // 256)))
 
 
+def _flat_tiles(x2):
+    """(BLOCK_R, BLOCK_C, tiles) of a walk over contiguous ``x2`` as a flat array: consecutive
+    chunks of ``BLOCK_R x BLOCK_C`` (<= 512 columns, ~``_tile_elems``) elements."""
+    n = x2.numel()
+    bc = min(512, triton.next_power_of_2(n))
+    br = max(1, min(_tile_elems(x2), triton.next_power_of_2(n)) // bc)
+    return br, bc, triton.cdiv(n, br * bc)
+
+
 def _fp8_tensorwise(x2, q2, qt, kind, state, transposed, common):
     """Delayed: one pass (cast with the state's scale + amax), then the state update
     (``_delayed_update``). Current: the amax kernel, then the cast with ``amax_to_scale(amax)``.
     Non-transposed contiguous x is walked as a flat array (``FLAT``). Returns the scale."""
     R, C = x2.shape
     flat = not transposed and x2.is_contiguous() and q2.is_contiguous()
-    if flat:  # consecutive chunks of the flat tensor
-        bc = min(512, triton.next_power_of_2(R * C))
-        br, n_c = max(1, min(_tile_elems(x2), triton.next_power_of_2(R * C)) // bc), 1
-        n_tiles = triton.cdiv(R * C, br * bc)
+    if flat:
+        (br, bc, n_tiles), n_c = _flat_tiles(x2), 1
     else:
         br, bc = _tile_t(x2, R, C) if transposed else _tile(x2, R, C)
         n_c = triton.cdiv(C, bc)
@@ -372,9 +379,7 @@ def quantize_fp4_triton(x: torch.Tensor, recipe, role: str = "input", generator:
     signs_arg = amax if signs is None else signs
     common = dict(IN_KIND=_IN_KIND[x.dtype], HADAMARD=signs is not None, TILE_R=tr, TILE_C=tc, **_opts(tr * tc))
     if nv and signs is None and x2.is_contiguous():  # the tensor amax over flat chunks, as for FP8
-        bc = min(512, triton.next_power_of_2(R * C))
-        br = max(1, min(_tile_elems(x2), triton.next_power_of_2(R * C)) // bc)
-        n_tiles = triton.cdiv(R * C, br * bc)
+        br, bc, n_tiles = _flat_tiles(x2)
         _k8t._amax_kernel[(min(n_tiles, _max_programs(x2, br * bc)),)](
             _arg(x2), amax, R, C, *x2.stride(), 1, n_tiles, IN_BF16=x.dtype == torch.bfloat16, FLAT=True,
             BLOCK_R=br, BLOCK_C=bc, **_opts(br * bc))

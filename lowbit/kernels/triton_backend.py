@@ -80,16 +80,10 @@ def triton_scaled_mm(a, b, out_dtype=torch.float32, bias=None, *, fast_accum: bo
 
 
 def _fused_cast(name: str):
-    """The fused cast ``lowbit.kernels.quantize.<name>`` (None while that module is absent)."""
+    """The fused cast ``lowbit.kernels.quantize.<name>`` (imported on first use)."""
     def cast(x, *args):
-        try:
-            from . import quantize as q
-        except ModuleNotFoundError as e:  # not written yet; any other import error is a bug: raise
-            if e.name != f"{__package__}.quantize":
-                raise
-            return None
-        fn = getattr(q, name, None)
-        return None if fn is None else fn(x, *args)
+        from . import quantize
+        return getattr(quantize, name)(x, *args)
     cast.__name__ = name
     return cast
 
