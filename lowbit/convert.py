@@ -6,7 +6,8 @@ Format names and the recipes they stand for (``recipe=`` overrides):
 ``fp8``        ``Delayed()``: tensorwise, amax history of 16, HYBRID (E4M3 fwd, E5M2 grads)
 ``fp8-current`` ``Current()``: tensorwise scale from each tensor's own amax, HYBRID
 ``fp8-rowwise`` ``Rowwise()``: one scale per row along K, HYBRID
-``fp8-block``  ``Blockwise()``: 1x128 activation/gradient tiles, 128x128 weight blocks, HYBRID
+``fp8-block``  ``Blockwise()``: 1x128 activation/gradient tiles, 128x128 weight blocks, E4M3 for
+               every role (DeepSeek-V3, TransformerEngine's ``Float8BlockScaling``)
 ``mxfp8``      ``MX(elem="e4m3", scale_rule="rceil")``: 32-blocks, E8M0 scales rounded up (no
                block saturates; the MXFP8 pretraining rule), E4M3 for every role
 ``mxfp4``      ``MX(elem="e2m1")``: 32-blocks of E2M1, OCP floor scales, RNE everywhere

@@ -1,8 +1,8 @@
 """Scaling recipes: frozen dataclasses naming the element format and scale granularity per role.
 
 Roles: ``"input"`` (activations, forward GEMM operand A), ``"weight"`` (operand B), ``"grad"``
-(output gradient, the operand of dgrad and wgrad). FP8 recipes default to HYBRID: E4M3 forward,
-E5M2 gradients. Blocks run along the contraction (K, the last) dimension of the forward operand.
+(output gradient, the operand of dgrad and wgrad). Tensorwise and rowwise FP8 recipes default to
+HYBRID (E4M3 forward, E5M2 gradients); Blockwise and MX use E4M3 for every role. Blocks run along the contraction (K, the last) dimension of the forward operand.
 
 Each recipe's ``scales(x, role, ...)`` gives the scales for its granularity (``scales.py``):
 
@@ -133,8 +133,14 @@ class Rowwise(FP8Recipe):
 
 @dataclass(frozen=True)
 class Blockwise(FP8Recipe):
-    """DeepSeek-V3 style: 1x128 activation/gradient tiles, 128x128 weight blocks, fp32 scales."""
+    """DeepSeek-V3 style: 1x128 activation/gradient tiles, 128x128 weight blocks, fp32 scales.
 
+    E4M3 for every role, gradients included (DeepSeek-V3; TransformerEngine's
+    ``Float8BlockScaling`` default): with one scale per 128 elements a block's dynamic range is
+    small, so E5M2's extra exponent buys nothing and E4M3's extra mantissa bit halves the
+    rounding error of dgrad/wgrad operands. ``grad_format="e5m2"`` gives HYBRID."""
+
+    grad_format: str = "e4m3"
     act: Tuple[int, int] = (1, 128)
     weight: Tuple[int, int] = (128, 128)
 

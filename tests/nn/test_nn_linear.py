@@ -269,3 +269,29 @@ def test_fast_accumulation_is_asked_for_in_the_forward_gemm_only(monkeypatch, re
 
 def test_public_exports():
     assert lowbit.nn.Linear is Linear and callable(lowbit.convert) and callable(lowbit.unconvert)
+
+
+def test_blockwise_e4m3_grads_are_more_accurate_than_hybrid():
+    """Blockwise defaults to E4M3 gradients (DeepSeek-V3, TE's Float8BlockScaling): with one scale
+    per 128 elements E4M3's extra mantissa bit halves the grad rounding, so dgrad and wgrad land
+    closer to fp32 than under HYBRID (E5M2) blockwise: by ~2x in relative error (4 bits vs 3)."""
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g) * 0.05
+    dy = torch.randn(256, 256, generator=g) * torch.logspace(-4, -2, 256)[:, None]  # rows of varied size
+    ref = nn.Linear(256, 256, bias=False)
+    with torch.no_grad():
+        ref.weight.copy_(w)
+    xr = x.clone().requires_grad_()
+    ref(xr).backward(dy)
+    dx_ref, dw_ref = xr.grad, ref.weight.grad
+    errs = {}
+    for fmt in ("e4m3", "e5m2"):
+        layer = Linear.from_float(nn.Linear(256, 256, bias=False), Blockwise(grad_format=fmt), backend="torch")
+        with torch.no_grad():
+            layer.weight.copy_(w)
+        xq = x.clone().requires_grad_()
+        layer(xq).backward(dy)
+        errs[fmt] = [((a - b).norm() / b.norm()).item() for a, b in ((xq.grad, dx_ref), (layer.weight.grad, dw_ref))]
+    assert Blockwise().format("grad").name == "e4m3"
+    for e4, e5 in zip(errs["e4m3"], errs["e5m2"]):
+        assert e4 < 0.75 * e5, errs
