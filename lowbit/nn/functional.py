@@ -41,11 +41,11 @@ class _FP8Linear(torch.autograd.Function):
     def forward(ctx, x, w, bias, recipe, backend, n_state, *tensors):
         state = list(tensors[:n_state])
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        y, *saved = torch.ops.lowbit.fp8_linear_fwd(x, w, bias, state[:4], recipe, backend, need_dw, need_dx)
+        y, *saved = torch.ops.lowbit.fp8_linear_fwd(x, w, bias, state[:6], recipe, backend, need_dw, need_dx)
         ctx.save_for_backward(*saved)
         # the grad-scaling buffers are updated in place by the backward op: held on ctx, not
         # saved (a layer used twice per step would otherwise trip autograd's version check)
-        ctx.gstate = state[4:]
+        ctx.gstate = state[6:]
         ctx.meta = (recipe, backend, x.dtype, w.dtype, need_dx, need_dw, _bias_grad_dtype(ctx, bias))
         return y
 

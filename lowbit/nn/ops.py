@@ -50,16 +50,20 @@ __all__ = ["fp8_linear_fwd", "fp8_linear_bwd", "fp4_linear_fwd", "fp4_linear_bwd
 T = torch.Tensor
 
 
-def _states(recipe, tensors: List[T], roles) -> list:
-    """DelayedScalingState views over the given (amax_history, scale) pairs, one per role."""
+def _states(recipe, tensors: List[T], roles, primed_by: Tuple[T, ...], fake: bool) -> list:
+    """DelayedScalingState views over the given (amax_history, scale, primed) triples, one per
+    role; with ``recipe.amax_init`` each is primed from its tensor in ``primed_by`` (the cold
+    start, a no-op once primed; skipped in shape propagation)."""
     if not isinstance(recipe, Delayed):
         return [None] * len(roles)
-    if len(tensors) != 2 * len(roles):
-        raise ValueError(f"Delayed scaling needs (amax_history, scale) for {roles}, got {len(tensors)} tensors")
+    if len(tensors) != 3 * len(roles):
+        raise ValueError(f"Delayed scaling needs (amax_history, scale, primed) for {roles}, got {len(tensors)} tensors")
     out = []
-    for i, role in enumerate(roles):
+    for i, (role, x) in enumerate(zip(roles, primed_by)):
         st = DelayedScalingState(recipe, recipe.format(role))
-        st.amax_history, st.scale = tensors[2 * i], tensors[2 * i + 1]
+        st.amax_history, st.scale, st.primed = tensors[3 * i: 3 * i + 3]
+        if recipe.amax_init and not fake:
+            st.prime(x)
         out.append(st)
     return out
 
@@ -76,9 +80,10 @@ def _fake_mode(*ts) -> bool:
 # ---- FP8 -------------------------------------------------------------------------------------
 def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, need_wt):
     recipe = decode(recipe_s)
-    if _fake_mode(x, w):
+    fake = _fake_mode(x, w)
+    if fake:
         backend = "torch"
-    st_x, st_w = _states(recipe, state, ("input", "weight"))
+    st_x, st_w = _states(recipe, state, ("input", "weight"), (x, w), fake)
     if need_xt:
         qx, qx_t = quantize_fp8_t(x, recipe, "input", st_x, backend)
     else:
@@ -106,9 +111,10 @@ fp8_linear_fwd.register_fake(_fp8_fwd)
 def _fp8_bwd(g, xt_data, xt_scale, wt_data, wt_scale, state, recipe_s, backend, x_dtype, w_dtype,
              need_dx, need_dw):
     recipe = decode(recipe_s)
-    if _fake_mode(g):
+    fake = _fake_mode(g)
+    if fake:
         backend = "torch"
-    (st_g,) = _states(recipe, state, ("grad",))
+    (st_g,) = _states(recipe, state, ("grad",), (g,), fake)
     qg, qg_t = quantize_fp8_t(g, recipe, "grad", st_g, backend)
     dx = dw = _empty(g)
     if need_dx:

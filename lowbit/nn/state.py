@@ -1,7 +1,8 @@
 """``LinearState``: the recipe state one low-precision Linear carries, as a child module.
 
 * ``Delayed``: three ``DelayedScalingState`` children ``input``, ``weight``, ``grad`` (buffers
-  ``amax_history`` and ``scale``; saved in the state_dict as ``<layer>.lowbit_state.<role>.*``).
+  ``amax_history`` and ``scale``, saved in the state_dict as ``<layer>.lowbit_state.<role>.*``;
+  the CPU flag ``primed`` of the cold start, derived from the history when loaded).
 * ``NV``: the 16 Hadamard signs (a non-persistent buffer: they follow from a fixed seed) and, with
   stochastic rounding, the step counter of its generator (child ``sr``): a CPU int64 tensor that
   stays on the CPU when the model moves (so reading it never syncs a GPU), saved through
@@ -52,10 +53,10 @@ class LinearState(nn.Module):
 
     # ---- what the ops take -----------------------------------------------------------------
     def tensors(self) -> List[torch.Tensor]:
-        """Delayed: [in hist, in scale, w hist, w scale, grad hist, grad scale]; else []."""
+        """Delayed: (amax_history, scale, primed) of input, weight, grad in that order; else []."""
         if not isinstance(self.recipe, Delayed):
             return []
-        return [t for role in ROLES for t in (getattr(self, role).amax_history, getattr(self, role).scale)]
+        return [t for role in ROLES for st in (getattr(self, role),) for t in (st.amax_history, st.scale, st.primed)]
 
     def signs(self) -> Optional[torch.Tensor]:
         return self.hadamard_signs if self.has_signs else None
@@ -66,6 +67,7 @@ class LinearState(nn.Module):
             for role in ROLES:
                 getattr(self, role).amax_history.zero_()
                 getattr(self, role).scale.fill_(1.0)
+                getattr(self, role).primed.fill_(False)
         if self.has_signs:
             self.hadamard_signs.copy_(random_signs(HADAMARD_SEED, self.hadamard_signs.device))
         self.sr_step.zero_()

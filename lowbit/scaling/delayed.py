@@ -5,6 +5,12 @@
 recorded as 0, and an ``A`` of 0 keeps the previous scale: a zero or non-finite amax never
 replaces a good scale. The buffers are saved in the state_dict; across data-parallel ranks the
 history is reduced with all-reduce(MAX) by ``sync`` (a no-op without an initialised process group).
+
+Cold start (``recipe.amax_init``): ``prime(x)`` sets ``scale = amax(x) / fmax * 2^margin`` (same
+rule, x's own finite amax) before the first cast, once; ``primed`` is a CPU bool tensor (not a
+buffer: it stays on the CPU when the module moves, so the ops read it without a device sync). It
+is not saved: loading a state_dict sets it to ``any(amax_history > 0)``, which is what it was
+unless every amax recorded so far was 0 (then the next tensor is primed again).
 """
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import torch
 from torch import nn
 
 from ..dtypes.formats import get_format
+from .blocks import TENSOR, block_amax
 from .recipes import Delayed
 from .scales import div_exact
 
@@ -27,16 +34,32 @@ class DelayedScalingState(nn.Module):
         self.fmt = get_format(fmt)
         self.register_buffer("amax_history", torch.zeros(recipe.history_len, dtype=torch.float32))
         self.register_buffer("scale", torch.ones((), dtype=torch.float32))
+        self.primed = torch.zeros((), dtype=torch.bool)  # CPU on purpose (module docstring)
+
+    def _scale_from(self, a: torch.Tensor) -> None:
+        new = div_exact(a, self.fmt.max) * (2.0 ** self.recipe.margin)
+        good = (a > 0) & torch.isfinite(new) & (new > 0)
+        self.scale.copy_(torch.where(good, new, self.scale))
+
+    @torch.no_grad()
+    def prime(self, x: torch.Tensor) -> None:
+        """Before the first cast: the scale from x's own finite amax (no-op once primed)."""
+        if bool(self.primed):
+            return
+        self._scale_from(block_amax(x.detach(), TENSOR).to(device=self.scale.device, dtype=torch.float32))
+        self.primed.fill_(True)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        if self.amax_history.device.type != "meta":
+            self.primed.fill_(bool((self.amax_history > 0).any()))
 
     @torch.no_grad()
     def update(self, amax: torch.Tensor) -> None:
         amax = amax.detach().to(device=self.amax_history.device, dtype=torch.float32).reshape(())
         amax = torch.where(torch.isfinite(amax), amax, torch.zeros_like(amax))
         hist = torch.cat((amax.reshape(1), self.amax_history[:-1]))
-        a = hist.amax() if self.recipe.amax_algo == "max" else hist[0]
-        new = div_exact(a, self.fmt.max) * (2.0 ** self.recipe.margin)
-        good = (a > 0) & torch.isfinite(new) & (new > 0)
-        self.scale.copy_(torch.where(good, new, self.scale))
+        self._scale_from(hist.amax() if self.recipe.amax_algo == "max" else hist[0])
         self.amax_history.copy_(hist)
 
     @torch.no_grad()

@@ -104,11 +104,17 @@ class Delayed(FP8Recipe):
 
     ``scale = A / fmax * 2^margin`` with ``A = max(history)`` (``"max"``) or the newest amax
     (``"most_recent"``); the tensor is cast with the scale in the state, then its amax is recorded.
+
+    ``amax_init``: the training Linear's first cast of each tensor takes its scale from that
+    tensor's own amax (current scaling once, torchao's ``enable_amax_init``), so step 0 is not cast
+    with the placeholder scale 1 (E5M2 at scale 1 flushes gradients below 2^-16 to zero).
+    ``False`` starts from scale 1, as TransformerEngine does.
     """
 
     history_len: int = 16
     margin: int = 0
     amax_algo: str = "max"
+    amax_init: bool = True
 
     def __post_init__(self):
         super().__post_init__()

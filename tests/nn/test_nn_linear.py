@@ -295,3 +295,34 @@ def test_blockwise_e4m3_grads_are_more_accurate_than_hybrid():
     assert Blockwise().format("grad").name == "e4m3"
     for e4, e5 in zip(errs["e4m3"], errs["e5m2"]):
         assert e4 < 0.75 * e5, errs
+
+
+def test_delayed_first_step_is_current_scaling_then_delayed():
+    """amax_init: step 0 casts every tensor with its own amax (bit-identical to Current), not with
+    the placeholder scale 1; step 1 uses the history (no re-priming); the flag follows the history
+    through a state_dict round trip and reset()."""
+    x, w, b, dy = _data()
+    x = x * 1e-3  # small activations: scale 1 would leave them a few E4M3 subnormal codes
+    layers = {}
+    for name, recipe in (("delayed", Delayed()), ("cold", Delayed(amax_init=False)), ("current", Current())):
+        layers[name] = Linear.from_float(nn.Linear(64, 64), recipe, backend="torch")
+        with torch.no_grad():
+            layers[name].weight.copy_(w), layers[name].bias.copy_(b)
+    outs = {k: _run(m, x, dy) for k, m in layers.items()}
+    for a, c in zip(outs["delayed"], outs["current"]):
+        assert torch.equal(a, c)
+    ref = x @ w.t() + b
+    err = {k: ((o[0] - ref).norm() / (ref - b).norm()).item() for k, o in outs.items()}
+    assert err["delayed"] < 0.1 < err["cold"], err
+    st = layers["delayed"].lowbit_state
+    assert all(bool(getattr(st, r).primed) for r in ("input", "weight", "grad"))
+    # step 1 casts 4x with the step-0 scale (the history), so it saturates where Current does not
+    y1 = {k: _run(layers[k], x * 4, dy)[0] for k in ("delayed", "current")}
+    assert not torch.equal(y1["delayed"], y1["current"])
+    assert torch.equal(st.input.amax_history[:2], torch.stack([(4 * x).abs().amax(), x.abs().amax()]))
+    fresh = Linear.from_float(nn.Linear(64, 64), Delayed(), backend="torch")
+    assert not bool(fresh.lowbit_state.input.primed)
+    fresh.load_state_dict(layers["delayed"].state_dict())
+    assert bool(fresh.lowbit_state.input.primed) and torch.equal(fresh.lowbit_state.input.scale, st.input.scale)
+    fresh.lowbit_state.reset()
+    assert not bool(fresh.lowbit_state.grad.primed)
