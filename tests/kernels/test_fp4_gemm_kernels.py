@@ -21,6 +21,7 @@ import torch
 from lowbit.dtypes import FP4Tensor
 from lowbit.kernels import scaled_mm
 from lowbit.kernels.emulation import emulated_scaled_mm
+from lowbit.kernels import fp4_weight_only as wo
 from lowbit.kernels.fp4_gemm import (_ASM_MX, _ASM_NV, _MM_CONFIGS, _WO_CONFIGS, _prune_wo, fp4_scaled_mm,
                                      fp4_support, fp4_weight_only_mm)
 from lowbit.scaling import MX, NV
@@ -67,6 +68,77 @@ def test_fp4_weight_only_within_fp32_bound(name, dtype, split, K):
     assert_in_bound(out, x, b, 1)
     assert_in_bound_bias(fp4_weight_only_mm(x, b, torch.float32, bias, split_k=split),
                          x, b, bias, 1, 2.0 ** -24)
+
+
+WO_SHAPES = [(1, 48, 160), (3, 80, 192), (17, 48, 256), (33, 16, 160)]  # M ragged vs BLOCK_M 16, N vs 32
+
+
+@pytest.mark.parametrize("name", ["nv", "nv-1x16", "mx", "mx-64"])
+@pytest.mark.parametrize("M,N,K", WO_SHAPES)
+@pytest.mark.parametrize("split,reduce", [(1, 0), (3, 2), (2, 1)])
+def test_weight_only_ragged_shapes_splits_and_reductions(name, M, N, K, split, reduce):
+    """Ragged M / N, K a multiple of the K tile and not, no split, the last-arriving fixup (REDUCE 2)
+    and the second kernel (REDUCE 1): all inside the FP32-accumulation bound of the exact product."""
+    x = _sample(M, K, 40 + M).to(torch.bfloat16)
+    b = _fp4(name, N, K, 41 + N, "weight").t()
+    cfg = dict(SPLIT_K=split) if reduce == 0 else dict(SPLIT_K=split, REDUCE=reduce)
+    out = fp4_weight_only_mm(x, b, torch.float32, config=cfg)
+    assert out.shape == (M, N) and out.dtype == torch.float32
+    assert_in_bound(out, x, b, 1)
+
+
+@pytest.mark.parametrize("name", ["nv", "mx"])
+def test_weight_only_split_order_is_deterministic(name):
+    """Both reductions add the partials in split order: the same bits; the counters are left zero."""
+    x = _sample(5, 256, 50).to(torch.bfloat16)
+    b = _fp4(name, 64, 256, 51, "weight").t()
+    fix = fp4_weight_only_mm(x, b, torch.float32, config=dict(SPLIT_K=4, REDUCE=2))
+    two = fp4_weight_only_mm(x, b, torch.float32, config=dict(SPLIT_K=4, REDUCE=1))
+    assert torch.equal(fix, two)
+    assert torch.equal(fix, fp4_weight_only_mm(x, b, torch.float32, config=dict(SPLIT_K=4, REDUCE=2)))
+    assert all(int(buf.abs().sum()) == 0 for buf in wo._LOCKS.values())
+
+
+@pytest.mark.parametrize("out_dtype,u_out", [(torch.bfloat16, U_BF16), (torch.float16, 2.0 ** -11),
+                                             (torch.float32, 2.0 ** -24)])
+@pytest.mark.parametrize("split", [1, 3])
+def test_weight_only_bias_and_out_dtypes(out_dtype, u_out, split):
+    x = _sample(9, 192, 60).to(torch.bfloat16)
+    b = _fp4("nv", 48, 192, 61, "weight").t()
+    bias = torch.randn(48, generator=torch.Generator().manual_seed(62)).to(torch.bfloat16)
+    out = fp4_weight_only_mm(x, b, out_dtype, bias, split_k=split)
+    assert out.dtype == out_dtype and out.shape == (9, 48)
+    assert_in_bound_bias(out, x, b, bias, 1, u_out)
+
+
+def test_weight_only_hand_prefetched_scales_agree():
+    """PIPE_SCALES=False (scales prefetched one step ahead by hand) gives the same bits as the
+    pipelined scale loads (the default)."""
+    from lowbit.kernels.interpret import runnable
+    x = _sample(4, 192, 70).to(torch.bfloat16)
+    b = _fp4("nv-1x16", 32, 192, 71, "weight").t()
+    outs = []
+    for pipe in (True, False):
+        qb, sb, rb, blk = wo._fp4()._storage(b)
+        c = torch.empty(4, 32)
+        part = torch.empty(2 * 32 * 16)
+        runnable(wo._wo_kernel)[(2, 1)](x, qb, sb, b._global_scale, c, part, wo._locks(c.device, 1), c, 4, 32, 192,
+                                         x.stride(0), qb.stride(0), sb.stride(0), c.stride(0), c.stride(1),
+                                         SBLOCK=blk, SROWS=rb, MX=False, SPLIT_K=2, REDUCE=2, HAS_BIAS=False,
+                                         ASM=False, EVEN_K=True, DOT_DTYPE=wo._fp4()._dot_dtype(x.dtype),
+                                         BLOCK_N=32, BLOCK_M=16, BLOCK_K=64, PIPE_SCALES=pipe)
+        outs.append(c)
+    assert torch.equal(outs[0], outs[1])
+    assert_in_bound(outs[0], x, b, 1)
+
+
+def test_weight_only_bad_config_says_why():
+    x = _sample(4, 64, 3).to(torch.bfloat16)
+    b = _fp4("nv", 16, 64, 2, "weight").t()
+    with pytest.raises(ValueError, match="config keys"):
+        fp4_weight_only_mm(x, b, config=dict(BLOCKN=64))
+    with pytest.raises(ValueError, match="REDUCE"):
+        fp4_weight_only_mm(x, b, config=dict(SPLIT_K=2, REDUCE=0))
 
 
 @pytest.mark.parametrize("name", ["nv", "mx"])
@@ -146,8 +218,9 @@ def test_gpu_configs_hold_whole_scale_blocks(sblock, M):
         assert c.kwargs["BLOCK_K"] % sblock == 0 and c.kwargs["BLOCK_K"] >= 128
     kept = _prune_wo(_WO_CONFIGS, {"M": M, "K": 8192}, SBLOCK=sblock)  # as the autotuner calls it
     assert kept and all(c.kwargs["BLOCK_K"] % sblock == 0 and c.kwargs["BLOCK_K"] >= 128 for c in kept)
-    want = 16 if M <= 16 else 64 if M <= 64 else 128
+    want = 16 if M <= 16 else 32 if M <= 32 else 64 if M <= 64 else 128
     assert all(c.kwargs["BLOCK_M"] == want for c in kept)
+    assert all((c.kwargs["REDUCE"] == 2) == (c.kwargs["SPLIT_K"] > 1) for c in kept)  # one launch
 
 
 # ---- the CUDA decode (PTX), executed instruction by instruction ------------------------------------------
