@@ -48,7 +48,7 @@ import triton.language as tl
 from .interpret import interpreting, runnable
 
 __all__ = ["fp4_weight_only_mm", "weight_only_support", "WO_CONFIGS", "prune_wo", "wo_last_config",
-           "WO_SCAN_SPECS"]
+           "SCAN_SPECS"]
 
 
 from .fp4_decode import _decode_cat, _words, _x_tile
@@ -198,12 +198,15 @@ def _cfg(warps, stages, bn, bm, bk, split, reduce=2):
                          num_warps=warps, num_stages=stages)
 
 
-# BLOCK_M is the MMA's N (16 covers M <= 16). Programs at N = 8192 (the waves, with the registers
-# `tests/kernels/test_fp4_gemm_kernels.py` reads from the sm_90 cubin): 128 x 128 / 4 warps, split 4:
-# 256 programs; 64 x 128 / 4 warps, split 4 / 8: 512 / 1024; 128 x 128 / 8 warps, split 4: 256.
-WO_CONFIGS = [_cfg(4, 4, 64, 16, 128, 4), _cfg(4, 3, 64, 16, 128, 8), _cfg(4, 4, 128, 16, 128, 4),
-              _cfg(8, 4, 128, 16, 128, 4), _cfg(4, 3, 64, 16, 256, 4), _cfg(8, 3, 128, 16, 256, 4),
-              _cfg(4, 4, 128, 16, 128, 8),
+# BLOCK_M is the MMA's N (16 covers M <= 16). sm_90 cubin facts (NV 16x16, EVEN_K; registers a
+# thread / CTAs a SM / SASS instructions per weight in the K loop; checked by the CPU tests):
+#   64x128 w4 s4: 79 / 6 / 4.45    64x128 w4 s3: 80 / 6 / 4.45    128x128 w4 s4: 127 / 4 / 3.69
+#   128x128 w8 s4: 80 / 3 / 4.28   64x256 w4 s3: 128 / 4 / 4.16   128x256 w8 s3: 127 / 2 / 3.90
+# Programs at N = K = 8192, M = 16: 64-row tiles x split 4 = 512 (0.65 of one wave at 6 a SM),
+# split 8 = 1024; 128-row tiles x split 4 = 256. N = 14336: split 2 keeps 64-row tiles in one wave.
+WO_CONFIGS = [_cfg(4, 4, 64, 16, 128, 4), _cfg(4, 3, 64, 16, 128, 8), _cfg(4, 4, 64, 16, 128, 2),
+              _cfg(4, 4, 128, 16, 128, 4), _cfg(8, 4, 128, 16, 128, 4), _cfg(4, 3, 64, 16, 256, 4),
+              _cfg(8, 3, 128, 16, 256, 4),
               _cfg(4, 4, 128, 32, 128, 4), _cfg(4, 3, 64, 32, 128, 4),
               _cfg(8, 3, 128, 64, 128, 4), _cfg(4, 3, 64, 64, 128, 4), _cfg(8, 3, 128, 64, 128, 2),
               _cfg(8, 3, 128, 128, 128, 2), _cfg(4, 3, 64, 128, 128, 2), _cfg(8, 3, 128, 128, 128, 4)]
@@ -224,9 +227,18 @@ def prune_wo(configs, named_args, **kw):
     return keep or [_cfg(4, 3, 64, min(want, 64), max(128, sblock), 1)]
 
 
-_EVEN_K = triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0})
+def pipe_scales(block_n: int, block_k: int, sblock: int, num_warps: int) -> bool:
+    """Block scales go through the pipeline's asynchronous copies when every thread's share of a
+    K step's scale bytes is >= 4 (cp.async's smallest copy); narrower ones (MX 1x32 at 64 x 128 /
+    4 warps: 2 bytes a thread) are prefetched one K step ahead by hand instead."""
+    return block_n * (block_k // sblock) >= 4 * 32 * num_warps
+
+
+_HEUR = triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0,
+                           "PIPE_SCALES": lambda args: pipe_scales(args["BLOCK_N"], args["BLOCK_K"], args["SBLOCK"],
+                                                                   args.get("num_warps", 4))})
 _WO_TUNED = triton.autotune(WO_CONFIGS, key=["M", "N", "K", "SBLOCK", "SROWS", "MX", "HAS_BIAS", "ASM"],
-                            prune_configs_by={"early_config_prune": prune_wo})(_EVEN_K(_wo_kernel))
+                            prune_configs_by={"early_config_prune": prune_wo})(_HEUR(_wo_kernel))
 
 
 def wo_last_config() -> dict:
@@ -239,13 +251,15 @@ _LOCKS: dict = {}
 
 
 def _locks(device, n: int) -> torch.Tensor:
-    """Per (device, stream) tile counters, zero between launches (each launch leaves them zero).
-    Allocated once outside a CUDA-graph capture; inside one, a capture-local zeroed buffer."""
+    """Per-device tile counters, zero between launches (every launch leaves them zero). Allocated
+    (zeroed) on first use outside a CUDA-graph capture; first used inside a capture, a buffer of
+    that capture only (its zeroing is a memset node of the graph). The counters are shared by the
+    launches on one device: two of these GEMMs running *concurrently* on two streams would race."""
     capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-    key = (str(device), torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
+    key = str(device)
     buf = _LOCKS.get(key)
     if buf is None or buf.numel() < n:
-        buf = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
         if not capturing:
             _LOCKS[key] = buf
     return buf
@@ -264,7 +278,7 @@ def weight_only_support(a, b) -> Optional[str]:
     return f._kn_reason(a, b)
 
 
-_CONFIG_KEYS = ("BLOCK_N", "BLOCK_M", "BLOCK_K", "SPLIT_K", "REDUCE", "num_warps", "num_stages")
+_CONFIG_KEYS = ("BLOCK_N", "BLOCK_M", "BLOCK_K", "SPLIT_K", "REDUCE", "PIPE_SCALES", "num_warps", "num_stages")
 
 
 def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = None,
@@ -310,6 +324,7 @@ def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = No
         if fixed["BLOCK_K"] % blk:
             raise ValueError(f"fp4_weight_only_mm: BLOCK_K {fixed['BLOCK_K']} must hold whole {blk}-blocks")
         fixed["EVEN_K"] = K % fixed["BLOCK_K"] == 0
+        fixed.setdefault("PIPE_SCALES", pipe_scales(fixed["BLOCK_N"], fixed["BLOCK_K"], blk, fixed.get("num_warps", 4)))
         plans = [fixed]
     else:
         plans = [dict(cfg.kwargs) for cfg in prune_wo(WO_CONFIGS, {"M": M, "K": K}, SBLOCK=blk)]
@@ -337,7 +352,7 @@ def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = No
 _SIG = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*u8", "g_ptr": "*fp32", "c_ptr": "*bf16",
         "part_ptr": "*fp32", "lock_ptr": "*i32", "bias_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32",
         "stride_xm": "i32", "stride_w": "i32", "stride_s": "i32", "stride_cm": "i32", "stride_cn": "i32"}
-WO_SCAN_SPECS = (
+SCAN_SPECS = (
     {"kernel": _wo_kernel, "num_warps": 4, "num_stages": 4, "signature": _SIG,
      "constexprs": dict(SBLOCK=16, SROWS=16, MX=False, SPLIT_K=4, REDUCE=2, HAS_BIAS=True, ASM=True, EVEN_K=False,
                         DOT_DTYPE=tl.bfloat16, BLOCK_N=64, BLOCK_M=16, BLOCK_K=128)},

@@ -12,7 +12,11 @@ must come out as the torch backend's fp32 dequantization gives it. The CUDA-only
 checked by executing its instructions in Python on random packed words.
 """
 import math
+import os
 import struct
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -290,3 +294,64 @@ def test_ptx_decode_matches_e2m1_times_scale(kind):
                 want = (-1.0 if code & 8 else 1.0) * E2M1_VALUES[code & 7] * s
                 got = _bf16(env[f"${j}"] >> 16 * lane) * post
                 assert got == want and math.copysign(1, got) == math.copysign(1, want), (hex(w), j, got, want)
+
+
+# ---- the sm_90 compile of the decode-shape configurations (no GPU needed) ------------------------------
+_SM90_SCRIPT = textwrap.dedent("""
+    import json, os, subprocess, sys, tempfile, triton, triton.language as tl
+    from triton.compiler import ASTSource
+    from triton.backends.compiler import GPUTarget
+    from lowbit.kernels import fp4_weight_only as wo
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    fn = wo._wo_kernel
+    out = []
+    picks = [(c, 16, 16) for c in wo.WO_CONFIGS if c.kwargs["BLOCK_M"] == 16][:int(sys.argv[1])]
+    picks.append((wo.WO_CONFIGS[0], 32, 1))  # MX 1x32
+    for cfg, sblock, srows in picks:
+        pipe = wo.pipe_scales(cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_K"], sblock, cfg.num_warps)
+        cx = dict(SBLOCK=sblock, SROWS=srows, MX=sblock == 32, HAS_BIAS=False, ASM=True, EVEN_K=True,
+                  DOT_DTYPE=tl.bfloat16, PIPE_SCALES=pipe, **cfg.kwargs)
+        sig, attrs = {}, {}
+        for i, p in enumerate(fn.arg_names):  # the JIT's specialisation: 16-byte pointers, N, K, strides % 16
+            sig[p] = "constexpr" if p in cx else wo._SIG[p]
+            if p not in cx and (wo._SIG[p].startswith("*") or p in ("N", "K", "stride_w", "stride_s", "stride_xm")):
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        c = triton.compile(ASTSource(fn, sig, constexprs=cx, attrs=attrs), target=GPUTarget("cuda", 90, 32),
+                           options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(c.asm["cubin"])
+            f.flush()
+            res = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True, check=True)
+        usage = dict(w.split(":") for w in res.stdout.split("Function")[-1].split() if ":" in w)
+        out.append(dict(cfg=str(cfg), warps=cfg.num_warps, regs=int(usage["REG"]), stack=int(usage["STACK"]),
+                        shared=c.metadata.shared, async_copies=c.asm["ttgir"].count("async_copy_global_to_local"),
+                        stages=cfg.num_stages, wgmma="warp_group_dot" in c.asm["ttgir"], pipe=pipe))
+    print(json.dumps(out))
+""")
+
+
+def test_sm90_decode_configs_stay_resident_and_stream():
+    """Compiled for sm_90 as an M = 16 launch would be: no spills, >= 16 resident warps a SM (4 a
+    scheduler: the decode is issue-bound), wgmma, and all three operands (words, block scales,
+    activations) as asynchronous copies in every pipeline stage (the scales too, where a thread's
+    share is >= 4 bytes: a row's bytes are one aligned vector once the K offset is known to be a
+    multiple of the K tile)."""
+    import json
+    import lowbit
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(lowbit.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
+    res = subprocess.run([sys.executable, "-c", _SM90_SCRIPT, "2"], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    kernels = json.loads(res.stdout.strip().splitlines()[-1])
+    for k in kernels:
+        regs = -(-k["regs"] // 8) * 8
+        ctas = min(65536 // (regs * 32 * k["warps"]), (228 * 1024) // (k["shared"] + 1024))
+        assert k["stack"] == 0, k
+        assert ctas * k["warps"] >= 16, k
+        assert k["wgmma"], k
+        # (stages - 1) copies in the prologue + 1 in the loop, for words, activations (and scales)
+        assert k["async_copies"] == (3 if k["pipe"] else 2) * k["stages"], k
+    assert [k["pipe"] for k in kernels] == [True, True, False]  # NV 16x16 piped; MX 1x32 at 64 x 128 by hand
