@@ -199,15 +199,17 @@ def _cfg(warps, stages, bn, bm, bk, split, reduce=2):
 
 
 # BLOCK_M is the MMA's N (16 covers M <= 16). sm_90 cubin facts (NV 16x16, EVEN_K; registers a
-# thread / CTAs a SM / SASS instructions per weight in the K loop; checked by the CPU tests):
-#   64x128 w4 s4: 79 / 6 / 4.45    64x128 w4 s3: 80 / 6 / 4.45    128x128 w4 s4: 127 / 4 / 3.69
-#   128x128 w8 s4: 80 / 3 / 4.28   64x256 w4 s3: 128 / 4 / 4.16   128x256 w8 s3: 127 / 2 / 3.90
-# Programs at N = K = 8192, M = 16: 64-row tiles x split 4 = 512 (0.65 of one wave at 6 a SM),
-# split 8 = 1024; 128-row tiles x split 4 = 256. N = 14336: split 2 keeps 64-row tiles in one wave.
-WO_CONFIGS = [_cfg(4, 4, 64, 16, 128, 4), _cfg(4, 3, 64, 16, 128, 8), _cfg(4, 4, 64, 16, 128, 2),
-              _cfg(4, 4, 128, 16, 128, 4), _cfg(8, 4, 128, 16, 128, 4), _cfg(4, 3, 64, 16, 256, 4),
-              _cfg(8, 3, 128, 16, 256, 4),
-              _cfg(4, 4, 128, 32, 128, 4), _cfg(4, 3, 64, 32, 128, 4),
+# thread / CTAs a SM by registers and shared memory / SASS instructions per weight in the K loop):
+#   256x128 w8 s3: 127 / 2 / 3.55   128x256 w8 s3: 127 / 2 / 3.90   128x128 w8 s4: 80 / 3 / 4.27
+#   64x128 w4 s4: 79 / 6 / 4.45     (128x128 w4 s4: 127 / 4 / 3.69, split 8: 155 / 3)
+# Programs at N = K = 8192, M = 16 (one wave is 132 x CTAs a SM): 256-row tiles x split 8 = 256
+# (2 a SM, 16 warps), 128-row x split 4 / 6 = 256 / 384 (of 396), 64-row x split 4 = 512 (of 792).
+# Wide tiles also cut the activations' L2 traffic: every n-tile reads all of X (256 KB at M = 16),
+# i.e. 32 MB over 128 tiles of 64 rows (as much as the weight itself), 8 MB over 32 tiles of 256.
+WO_CONFIGS = [_cfg(8, 3, 256, 16, 128, 8), _cfg(8, 4, 128, 16, 128, 4), _cfg(8, 4, 128, 16, 128, 6),
+              _cfg(8, 3, 128, 16, 256, 4), _cfg(4, 4, 64, 16, 128, 4), _cfg(4, 4, 64, 16, 128, 2),
+              _cfg(4, 3, 64, 16, 128, 8),
+              _cfg(8, 4, 128, 32, 128, 4), _cfg(4, 3, 64, 32, 128, 4),
               _cfg(8, 3, 128, 64, 128, 4), _cfg(4, 3, 64, 64, 128, 4), _cfg(8, 3, 128, 64, 128, 2),
               _cfg(8, 3, 128, 128, 128, 2), _cfg(4, 3, 64, 128, 128, 2), _cfg(8, 3, 128, 128, 128, 4)]
 

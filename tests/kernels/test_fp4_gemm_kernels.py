@@ -306,7 +306,7 @@ _SM90_SCRIPT = textwrap.dedent("""
     fn = wo._wo_kernel
     out = []
     picks = [(c, 16, 16) for c in wo.WO_CONFIGS if c.kwargs["BLOCK_M"] == 16][:int(sys.argv[1])]
-    picks.append((wo.WO_CONFIGS[0], 32, 1))  # MX 1x32
+    picks.append(([c for c in wo.WO_CONFIGS if c.kwargs["BLOCK_N"] == 64 and c.num_warps == 4][0], 32, 1))  # MX 1x32
     for cfg, sblock, srows in picks:
         pipe = wo.pipe_scales(cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_K"], sblock, cfg.num_warps)
         cx = dict(SBLOCK=sblock, SROWS=srows, MX=sblock == 32, HAS_BIAS=False, ASM=True, EVEN_K=True,
