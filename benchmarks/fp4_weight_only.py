@@ -47,6 +47,8 @@ def _v(bn, bk, split, warps, stages, reduce=2, pipe=True, bm=None):
         cfg["PIPE_SCALES"] = False
     if bm:
         cfg["BLOCK_M"] = bm
+    if bn == 256:
+        cfg["maxnreg"] = 128  # 2 CTAs a SM (as the autotuned configuration)
     name = f"{bn}x{bk} w{warps} s{stages} split{split}" + (" 2-kernel" if split > 1 and reduce == 1 else "") + \
         ("" if pipe else " hand-prefetch")
     return name, cfg

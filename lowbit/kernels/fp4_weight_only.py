@@ -149,8 +149,8 @@ def _wo_kernel(x_ptr, w_ptr, s_ptr, g_ptr, c_ptr, part_ptr, lock_ptr, bias_ptr, 
             arrived = tl.atomic_add(lock_ptr + tile, 1, sem="acq_rel", scope="gpu")
             if arrived == SPLIT_K - 1:  # the last split of this tile: add all, in split order
                 tot = tl.load(base + local, cache_modifier=".cg")
-                for s_i in tl.static_range(1, SPLIT_K):
-                    tot += tl.load(base + s_i * TILE + local, cache_modifier=".cg")
+                for s_i in range(1, SPLIT_K):  # a loop, not unrolled: all S loads at once would set
+                    tot += tl.load(base + s_i * TILE + local, cache_modifier=".cg")  # the kernel's registers
                 _wo_epilogue(tot, g_ptr, c_ptr, bias_ptr, offs_n, offs_m, M, N, stride_cm, stride_cn,
                              HAS_BIAS, ASM and not MX)
                 tl.atomic_xchg(lock_ptr + tile, 0)  # ready for the next launch
@@ -193,20 +193,20 @@ def _wo_reduce_kernel(part_ptr, g_ptr, c_ptr, bias_ptr, M, N, stride_cm, stride_
 
 
 # ---- configurations (H200) -------------------------------------------------------------------------
-def _cfg(warps, stages, bn, bm, bk, split, reduce=2):
+def _cfg(warps, stages, bn, bm, bk, split, reduce=2, maxnreg=None):
     return triton.Config(dict(BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, SPLIT_K=split, REDUCE=reduce if split > 1 else 0),
-                         num_warps=warps, num_stages=stages)
+                         num_warps=warps, num_stages=stages, maxnreg=maxnreg)
 
 
 # BLOCK_M is the MMA's N (16 covers M <= 16). sm_90 cubin facts (NV 16x16, EVEN_K; registers a
 # thread / CTAs a SM by registers and shared memory / SASS instructions per weight in the K loop):
-#   256x128 w8 s3: 127 / 2 / 3.55   128x256 w8 s3: 127 / 2 / 3.90   128x128 w8 s4: 80 / 3 / 4.27
+#   256x128 w8 s3: 128 / 2 / 3.55   128x256 w8 s3: 127 / 2 / 3.90   128x128 w8 s4: 80 / 3 / 4.27
 #   64x128 w4 s4: 79 / 6 / 4.45     (128x128 w4 s4: 127 / 4 / 3.69, split 8: 155 / 3)
 # Programs at N = K = 8192, M = 16 (one wave is 132 x CTAs a SM): 256-row tiles x split 8 = 256
-# (2 a SM, 16 warps), 128-row x split 4 / 6 = 256 / 384 (of 396), 64-row x split 4 = 512 (of 792).
+# (2 a SM, 16 warps: exactly 128 registers, hence maxnreg), 128-row x split 4 / 6 = 256 / 384 (of 396), 64-row x split 4 = 512 (of 792).
 # Wide tiles also cut the activations' L2 traffic: every n-tile reads all of X (256 KB at M = 16),
 # i.e. 32 MB over 128 tiles of 64 rows (as much as the weight itself), 8 MB over 32 tiles of 256.
-WO_CONFIGS = [_cfg(8, 3, 256, 16, 128, 8), _cfg(8, 4, 128, 16, 128, 4), _cfg(8, 4, 128, 16, 128, 6),
+WO_CONFIGS = [_cfg(8, 3, 256, 16, 128, 8, maxnreg=128), _cfg(8, 4, 128, 16, 128, 4), _cfg(8, 4, 128, 16, 128, 6),
               _cfg(8, 3, 128, 16, 256, 4), _cfg(4, 4, 64, 16, 128, 4), _cfg(4, 4, 64, 16, 128, 2),
               _cfg(4, 3, 64, 16, 128, 8),
               _cfg(8, 4, 128, 32, 128, 4), _cfg(4, 3, 64, 32, 128, 4),
@@ -280,7 +280,8 @@ def weight_only_support(a, b) -> Optional[str]:
     return f._kn_reason(a, b)
 
 
-_CONFIG_KEYS = ("BLOCK_N", "BLOCK_M", "BLOCK_K", "SPLIT_K", "REDUCE", "PIPE_SCALES", "num_warps", "num_stages")
+_CONFIG_KEYS = ("BLOCK_N", "BLOCK_M", "BLOCK_K", "SPLIT_K", "REDUCE", "PIPE_SCALES", "num_warps", "num_stages",
+                "maxnreg")
 
 
 def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = None,

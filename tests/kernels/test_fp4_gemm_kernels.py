@@ -82,10 +82,12 @@ WO_SHAPES = [(1, 48, 160), (3, 80, 192), (17, 48, 256), (33, 16, 160)]  # M ragg
 @pytest.mark.parametrize("split,reduce", [(1, 0), (3, 2), (2, 1)])
 def test_weight_only_ragged_shapes_splits_and_reductions(name, M, N, K, split, reduce):
     """Ragged M / N, K a multiple of the K tile and not, no split, the last-arriving fixup (REDUCE 2)
-    and the second kernel (REDUCE 1): all inside the FP32-accumulation bound of the exact product."""
+    and the second kernel (REDUCE 1), scales in the loop or prefetched: all inside the
+    FP32-accumulation bound of the exact product."""
     x = _sample(M, K, 40 + M).to(torch.bfloat16)
     b = _fp4(name, N, K, 41 + N, "weight").t()
     cfg = dict(SPLIT_K=split) if reduce == 0 else dict(SPLIT_K=split, REDUCE=reduce)
+    cfg["PIPE_SCALES"] = N != 48  # scales loaded in the loop (the GPU's asynchronous copies) or prefetched by hand
     out = fp4_weight_only_mm(x, b, torch.float32, config=cfg)
     assert out.shape == (M, N) and out.dtype == torch.float32
     assert_in_bound(out, x, b, 1)
@@ -312,12 +314,17 @@ _SM90_SCRIPT = textwrap.dedent("""
         cx = dict(SBLOCK=sblock, SROWS=srows, MX=sblock == 32, HAS_BIAS=False, ASM=True, EVEN_K=True,
                   DOT_DTYPE=tl.bfloat16, PIPE_SCALES=pipe, **cfg.kwargs)
         sig, attrs = {}, {}
-        for i, p in enumerate(fn.arg_names):  # the JIT's specialisation: 16-byte pointers, N, K, strides % 16
+        cx["stride_cn"] = 1  # C is contiguous: the JIT specialises the 1
+        for i, p in enumerate(fn.arg_names):  # and 16-byte pointers, N, K, the other strides % 16
             sig[p] = "constexpr" if p in cx else wo._SIG[p]
-            if p not in cx and (wo._SIG[p].startswith("*") or p in ("N", "K", "stride_w", "stride_s", "stride_xm")):
+            if p not in cx and (wo._SIG[p].startswith("*") or p in ("N", "K", "stride_w", "stride_s", "stride_xm",
+                                                                      "stride_cm")):
                 attrs[(i,)] = [["tt.divisibility", 16]]
+        opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        if cfg.maxnreg:
+            opts["maxnreg"] = cfg.maxnreg
         c = triton.compile(ASTSource(fn, sig, constexprs=cx, attrs=attrs), target=GPUTarget("cuda", 90, 32),
-                           options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+                           options=opts)
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
             f.write(c.asm["cubin"])
             f.flush()
