@@ -12,26 +12,36 @@ the summation order, and the partials are added in split order (0, 1, .., S-1): 
 and the same bits whichever reduction runs. Bound (``gemm_bound``, one chunk): ``|C - C*| <=
 gamma_(K + 3) sum_k |x_k w_k|`` (one more rounding each for a bias and a bf16/fp16 output).
 
-Launch reasoning (H200: 132 SMs, ~3.6-4 TB/s, HBM latency ~0.8 us under load). At M = 16,
-N = K = 8192 the weight is 32 MB of codes + 4 MB (1x16) / 0.25 MB (16x16) of scales: the floor is
-~10 us. Little's law: 3.6 TB/s x 0.8 us = 2.9 MB in flight, ~22 KB per SM. Each program keeps
-``num_stages - 1`` K steps of ``BLOCK_N x BLOCK_K / 2`` bytes in flight (asynchronous copies,
-16-byte LDGSTS), e.g. 128 x 128: 8 KB a step, 3 steps = 24 KB a program, with 2-4 programs per SM.
-The grid is ``(N / BLOCK_N) x SPLIT_K`` programs: N = 8192 has only 64 (BLOCK_N = 128) or 128 (64)
-column tiles, so SPLIT_K = 4-8 gives 256-1024 programs, i.e. all of them resident in one wave at
-2-5 programs a SM (the registers decide: ``tests`` compile the configurations). The decode is
-issue-bound, not memory-bound, at few warps per SM: 64M weights at ~2.5 SASS instructions each
-(prmt/lop3/lea.hi/hmul2 on bf16x2 pairs, the scale converted once per block, not per word) are
-~5 us of issue over 528 schedulers, so latency must be hidden by >= 4 warps per scheduler.
+Launch reasoning (H200: 132 SMs, 4 schedulers each, ~3.6-4 TB/s, HBM latency ~0.8 us under load).
+At M = 16, N = K = 8192 the weight is 32 MB of codes + 4 MB (1x16) / 0.25 MB (16x16) of scales:
+the floor is ~9-10 us. Little's law: 3.6 TB/s x 0.8 us = 2.9 MB in flight, ~22 KB per SM. Each
+program keeps ``num_stages - 1`` K steps in flight as asynchronous copies (16-byte LDGSTS for the
+words and activations; the block scales too, 4-8 bytes a thread, wherever a thread's share is
+>= 4 bytes, see ``pipe_scales``): 256 x 128 is 16 KB of codes a step, 2 steps ahead = 32 KB a
+program, 2 programs a SM = 64 KB. The grid is ``(N / BLOCK_N) x SPLIT_K`` programs, the splits of
+a tile adjacent: N = 8192 has only 32 / 64 / 128 column tiles of 256 / 128 / 64 rows, so SPLIT_K
+= 8 / 4-6 / 4 gives 256 / 256-384 / 512 programs, all resident in one wave (2 / 3 / 6 CTAs a SM:
+the registers decide, 128 / 80 / 80 a thread; a CPU test compiles the configurations for sm_90
+and checks residency, spills and the asynchronous copies). The kernel is issue-bound as much as
+memory-bound: the decode (prmt + 2 lop3 + lea.hi per bf16x2 pair, one hmul2 by the block scale,
+which is converted once per block) is ~2.5 SASS instructions a weight, the K loop 3.55 (256 x 128,
+8 warps) to 4.45 (64 x 128, 4 warps) a weight with the activation tile's shared-memory transpose,
+barriers and address arithmetic: 64M weights x 3.55 / 32 lanes = 7.1M warp instructions, ~6.9 us
+of issue over 528 schedulers at one a cycle, so the 16-24 resident warps a SM must hide latency
+well for the ~14 us target; wide tiles also cut the activations' L2 traffic (each n-tile reads all
+of X: 32 MB over 128 tiles of 64 rows, 8 MB over 32 of 256). MX costs one more hmul2 per pair
+(``e2m1 * 2^-126`` times 2^126, then times 2^k: 2^(k + 126) overflows bf16 for k >= 2).
 
 Reduction (``REDUCE``): 0 = no split (the program stores C); 1 = fp32 partials then
 ``_wo_reduce_kernel`` (a second launch: ~2-4 us of GPU time in a CUDA graph, a large share of
 ~14 us); 2 (default) = the same partials, then the *last* program of a tile to arrive (a per-tile
-counter, ``atomic_add`` acq_rel at GPU scope after a CTA barrier) adds them in split order, applies
-the tensor scale and bias, stores C and resets the counter to 0 for the next call: one launch, no
-memset (the counters are zeroed once per device and stream, and every launch leaves them zero).
-Partials are tile-contiguous: ``part[tile, split, BLOCK_N, BLOCK_M]`` (fp32, 4 KB a program at
-BLOCK_N = 64, M = 16), read back with ``.cg`` loads (L2, never a stale L1 line).
+counter, ``atomic_add`` acq_rel at GPU scope after a CTA barrier: ``membar.gl`` + one atomic a
+program) adds them in split order, applies the tensor scale and bias, stores C and resets the
+counter to 0 for the next call: one launch, no memset (the counters are zeroed once per device,
+and every launch leaves them zero). Partials are tile-contiguous: ``part[tile, split, BLOCK_N,
+BLOCK_M]`` (fp32, 16 KB a program at 256 x 16), read back with ``.cg`` loads (L2, never a stale
+L1 line), one split at a time (an unrolled sum would load all S at once and raise the kernel's
+register count: 151 instead of 128 at 256 x 128, split 8, i.e. 1 CTA a SM instead of 2).
 
 Layout tricks (shared with ``fp4_gemm``): 32-bit words of 8 packed codes; decoded slot ``j`` of
 every word is concatenated slot-major along K (column ``j WORDS + w`` = element ``8w + j``), and
@@ -39,6 +49,7 @@ the activation tile is loaded contiguously and permuted the same way, so no shuf
 """
 from __future__ import annotations
 
+import inspect
 from typing import Optional
 
 import torch
@@ -193,9 +204,13 @@ def _wo_reduce_kernel(part_ptr, g_ptr, c_ptr, bias_ptr, M, N, stride_cm, stride_
 
 
 # ---- configurations (H200) -------------------------------------------------------------------------
+_MAXNREG = "maxnreg" in inspect.signature(triton.Config).parameters
+
+
 def _cfg(warps, stages, bn, bm, bk, split, reduce=2, maxnreg=None):
+    extra = {"maxnreg": maxnreg} if maxnreg and _MAXNREG else {}
     return triton.Config(dict(BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, SPLIT_K=split, REDUCE=reduce if split > 1 else 0),
-                         num_warps=warps, num_stages=stages, maxnreg=maxnreg)
+                         num_warps=warps, num_stages=stages, **extra)
 
 
 # BLOCK_M is the MMA's N (16 covers M <= 16). sm_90 cubin facts (NV 16x16, EVEN_K; registers a

@@ -321,7 +321,7 @@ _SM90_SCRIPT = textwrap.dedent("""
                                                                       "stride_cm")):
                 attrs[(i,)] = [["tt.divisibility", 16]]
         opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        if cfg.maxnreg:
+        if getattr(cfg, "maxnreg", None):
             opts["maxnreg"] = cfg.maxnreg
         c = triton.compile(ASTSource(fn, sig, constexprs=cx, attrs=attrs), target=GPUTarget("cuda", 90, 32),
                            options=opts)
