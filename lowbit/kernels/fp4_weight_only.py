@@ -130,7 +130,6 @@ def _wo_kernel(x_ptr, w_ptr, s_ptr, g_ptr, c_ptr, part_ptr, lock_ptr, bias_ptr, 
     k_hi = tl.minimum(k_lo + k_per, K)
     WORDS: tl.constexpr = BLOCK_K // 8
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    # clamped: a split starting past K (a forced split_k) runs no step but must not read past K
     if not PIPE_SCALES:  # clamped: a split starting past K (a forced split_k) runs no step but must not read past K
         k_first = tl.multiple_of(tl.minimum(k_lo, K - BLOCK_K), BLOCK_K) if EVEN_K else k_lo
         s_next = _scale_bytes(s_ptr, cols, stride_s, k_first, K, WORDS, SBLOCK, SROWS, EVEN_K)
