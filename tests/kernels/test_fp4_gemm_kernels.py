@@ -12,7 +12,11 @@ must come out as the torch backend's fp32 dequantization gives it. The CUDA-only
 checked by executing its instructions in Python on random packed words.
 """
 import math
+import os
 import struct
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -21,6 +25,7 @@ import torch
 from lowbit.dtypes import FP4Tensor
 from lowbit.kernels import scaled_mm
 from lowbit.kernels.emulation import emulated_scaled_mm
+from lowbit.kernels import fp4_weight_only as wo
 from lowbit.kernels.fp4_gemm import (_ASM_MX, _ASM_NV, _MM_CONFIGS, _WO_CONFIGS, _prune_wo, fp4_scaled_mm,
                                      fp4_support, fp4_weight_only_mm)
 from lowbit.scaling import MX, NV
@@ -67,6 +72,79 @@ def test_fp4_weight_only_within_fp32_bound(name, dtype, split, K):
     assert_in_bound(out, x, b, 1)
     assert_in_bound_bias(fp4_weight_only_mm(x, b, torch.float32, bias, split_k=split),
                          x, b, bias, 1, 2.0 ** -24)
+
+
+WO_SHAPES = [(1, 48, 160), (3, 80, 192), (17, 48, 256), (33, 16, 160)]  # M ragged vs BLOCK_M 16, N vs 32
+
+
+@pytest.mark.parametrize("name", ["nv", "nv-1x16", "mx", "mx-64"])
+@pytest.mark.parametrize("M,N,K", WO_SHAPES)
+@pytest.mark.parametrize("split,reduce", [(1, 0), (3, 2), (2, 1)])
+def test_weight_only_ragged_shapes_splits_and_reductions(name, M, N, K, split, reduce):
+    """Ragged M / N, K a multiple of the K tile and not, no split, the last-arriving fixup (REDUCE 2)
+    and the second kernel (REDUCE 1), scales in the loop or prefetched: all inside the
+    FP32-accumulation bound of the exact product."""
+    x = _sample(M, K, 40 + M).to(torch.bfloat16)
+    b = _fp4(name, N, K, 41 + N, "weight").t()
+    cfg = dict(SPLIT_K=split) if reduce == 0 else dict(SPLIT_K=split, REDUCE=reduce)
+    cfg["PIPE_SCALES"] = N != 48  # scales loaded in the loop (the GPU's asynchronous copies) or prefetched by hand
+    out = fp4_weight_only_mm(x, b, torch.float32, config=cfg)
+    assert out.shape == (M, N) and out.dtype == torch.float32
+    assert_in_bound(out, x, b, 1)
+
+
+@pytest.mark.parametrize("name", ["nv", "mx"])
+def test_weight_only_split_order_is_deterministic(name):
+    """Both reductions add the partials in split order: the same bits; the counters are left zero."""
+    x = _sample(5, 256, 50).to(torch.bfloat16)
+    b = _fp4(name, 64, 256, 51, "weight").t()
+    fix = fp4_weight_only_mm(x, b, torch.float32, config=dict(SPLIT_K=4, REDUCE=2))
+    two = fp4_weight_only_mm(x, b, torch.float32, config=dict(SPLIT_K=4, REDUCE=1))
+    assert torch.equal(fix, two)
+    assert torch.equal(fix, fp4_weight_only_mm(x, b, torch.float32, config=dict(SPLIT_K=4, REDUCE=2)))
+    assert all(int(buf.abs().sum()) == 0 for buf in wo._LOCKS.values())
+
+
+@pytest.mark.parametrize("out_dtype,u_out", [(torch.bfloat16, U_BF16), (torch.float16, 2.0 ** -11),
+                                             (torch.float32, 2.0 ** -24)])
+@pytest.mark.parametrize("split", [1, 3])
+def test_weight_only_bias_and_out_dtypes(out_dtype, u_out, split):
+    x = _sample(9, 192, 60).to(torch.bfloat16)
+    b = _fp4("nv", 48, 192, 61, "weight").t()
+    bias = torch.randn(48, generator=torch.Generator().manual_seed(62)).to(torch.bfloat16)
+    out = fp4_weight_only_mm(x, b, out_dtype, bias, split_k=split)
+    assert out.dtype == out_dtype and out.shape == (9, 48)
+    assert_in_bound_bias(out, x, b, bias, 1, u_out)
+
+
+def test_weight_only_hand_prefetched_scales_agree():
+    """PIPE_SCALES=False (scales prefetched one step ahead by hand) gives the same bits as the
+    pipelined scale loads (the default)."""
+    from lowbit.kernels.interpret import runnable
+    x = _sample(4, 192, 70).to(torch.bfloat16)
+    b = _fp4("nv-1x16", 32, 192, 71, "weight").t()
+    outs = []
+    for pipe in (True, False):
+        qb, sb, rb, blk = wo._fp4()._storage(b)
+        c = torch.empty(4, 32)
+        part = torch.empty(2 * 32 * 16)
+        runnable(wo._wo_kernel)[(2, 1)](x, qb, sb, b._global_scale, c, part, wo._locks(c.device, 1), c, 4, 32, 192,
+                                         x.stride(0), qb.stride(0), sb.stride(0), c.stride(0), c.stride(1),
+                                         SBLOCK=blk, SROWS=rb, MX=False, SPLIT_K=2, REDUCE=2, HAS_BIAS=False,
+                                         ASM=False, EVEN_K=True, DOT_DTYPE=wo._fp4()._dot_dtype(x.dtype),
+                                         BLOCK_N=32, BLOCK_M=16, BLOCK_K=64, PIPE_SCALES=pipe)
+        outs.append(c)
+    assert torch.equal(outs[0], outs[1])
+    assert_in_bound(outs[0], x, b, 1)
+
+
+def test_weight_only_bad_config_says_why():
+    x = _sample(4, 64, 3).to(torch.bfloat16)
+    b = _fp4("nv", 16, 64, 2, "weight").t()
+    with pytest.raises(ValueError, match="config keys"):
+        fp4_weight_only_mm(x, b, config=dict(BLOCKN=64))
+    with pytest.raises(ValueError, match="REDUCE"):
+        fp4_weight_only_mm(x, b, config=dict(SPLIT_K=2, REDUCE=0))
 
 
 @pytest.mark.parametrize("name", ["nv", "mx"])
@@ -146,8 +224,9 @@ def test_gpu_configs_hold_whole_scale_blocks(sblock, M):
         assert c.kwargs["BLOCK_K"] % sblock == 0 and c.kwargs["BLOCK_K"] >= 128
     kept = _prune_wo(_WO_CONFIGS, {"M": M, "K": 8192}, SBLOCK=sblock)  # as the autotuner calls it
     assert kept and all(c.kwargs["BLOCK_K"] % sblock == 0 and c.kwargs["BLOCK_K"] >= 128 for c in kept)
-    want = 16 if M <= 16 else 64 if M <= 64 else 128
+    want = 16 if M <= 16 else 32 if M <= 32 else 64 if M <= 64 else 128
     assert all(c.kwargs["BLOCK_M"] == want for c in kept)
+    assert all((c.kwargs["REDUCE"] == 2) == (c.kwargs["SPLIT_K"] > 1) for c in kept)  # one launch
 
 
 # ---- the CUDA decode (PTX), executed instruction by instruction ------------------------------------------
@@ -217,3 +296,69 @@ def test_ptx_decode_matches_e2m1_times_scale(kind):
                 want = (-1.0 if code & 8 else 1.0) * E2M1_VALUES[code & 7] * s
                 got = _bf16(env[f"${j}"] >> 16 * lane) * post
                 assert got == want and math.copysign(1, got) == math.copysign(1, want), (hex(w), j, got, want)
+
+
+# ---- the sm_90 compile of the decode-shape configurations (no GPU needed) ------------------------------
+_SM90_SCRIPT = textwrap.dedent("""
+    import json, os, subprocess, sys, tempfile, triton, triton.language as tl
+    from triton.compiler import ASTSource
+    from triton.backends.compiler import GPUTarget
+    from lowbit.kernels import fp4_weight_only as wo
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    fn = wo._wo_kernel
+    out = []
+    picks = [(c, 16, 16) for c in wo.WO_CONFIGS if c.kwargs["BLOCK_M"] == 16][:int(sys.argv[1])]
+    picks.append(([c for c in wo.WO_CONFIGS if c.kwargs["BLOCK_N"] == 64 and c.num_warps == 4][0], 32, 1))  # MX 1x32
+    for cfg, sblock, srows in picks:
+        pipe = wo.pipe_scales(cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_K"], sblock, cfg.num_warps)
+        cx = dict(SBLOCK=sblock, SROWS=srows, MX=sblock == 32, HAS_BIAS=False, ASM=True, EVEN_K=True,
+                  DOT_DTYPE=tl.bfloat16, PIPE_SCALES=pipe, **cfg.kwargs)
+        sig, attrs = {}, {}
+        cx["stride_cn"] = 1  # C is contiguous: the JIT specialises the 1
+        for i, p in enumerate(fn.arg_names):  # and 16-byte pointers, N, K, the other strides % 16
+            sig[p] = "constexpr" if p in cx else wo._SIG[p]
+            if p not in cx and (wo._SIG[p].startswith("*") or p in ("N", "K", "stride_w", "stride_s", "stride_xm",
+                                                                      "stride_cm")):
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        if getattr(cfg, "maxnreg", None):
+            opts["maxnreg"] = cfg.maxnreg
+        c = triton.compile(ASTSource(fn, sig, constexprs=cx, attrs=attrs), target=GPUTarget("cuda", 90, 32),
+                           options=opts)
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(c.asm["cubin"])
+            f.flush()
+            res = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True, check=True)
+        usage = dict(w.split(":") for w in res.stdout.split("Function")[-1].split() if ":" in w)
+        out.append(dict(cfg=str(cfg), warps=cfg.num_warps, regs=int(usage["REG"]), stack=int(usage["STACK"]),
+                        shared=c.metadata.shared, async_copies=c.asm["ttgir"].count("async_copy_global_to_local"),
+                        stages=cfg.num_stages, wgmma="warp_group_dot" in c.asm["ttgir"], pipe=pipe))
+    print(json.dumps(out))
+""")
+
+
+def test_sm90_decode_configs_stay_resident_and_stream():
+    """Compiled for sm_90 as an M = 16 launch would be: no spills, >= 16 resident warps a SM (4 a
+    scheduler: the decode is issue-bound), wgmma, and all three operands (words, block scales,
+    activations) as asynchronous copies in every pipeline stage (the scales too, where a thread's
+    share is >= 4 bytes: a row's bytes are one aligned vector once the K offset is known to be a
+    multiple of the K tile)."""
+    import json
+    import lowbit
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(lowbit.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
+    res = subprocess.run([sys.executable, "-c", _SM90_SCRIPT, "2"], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    kernels = json.loads(res.stdout.strip().splitlines()[-1])
+    for k in kernels:
+        regs = -(-k["regs"] // 8) * 8
+        ctas = min(65536 // (regs * 32 * k["warps"]), (228 * 1024) // (k["shared"] + 1024))
+        assert k["stack"] == 0, k
+        assert ctas * k["warps"] >= 16, k
+        assert k["wgmma"], k
+        # (stages - 1) copies in the prologue + 1 in the loop, for words, activations (and scales)
+        assert k["async_copies"] == (3 if k["pipe"] else 2) * k["stages"], k
+    assert [k["pipe"] for k in kernels] == [True, True, False]  # NV 16x16 piped; MX 1x32 at 64 x 128 by hand

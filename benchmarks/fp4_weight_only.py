@@ -1,0 +1,225 @@
+"""Weight-only FP4 GEMM benchmark (H200): bf16 activations x NVFP4 / MXFP4 weight vs bf16 ``torch.mm``.
+
+    python benchmarks/fp4_weight_only.py --out DIR [--quick] [--budget SECONDS]
+
+Correctness first, on the GPU: every variant's output (poisoned with NaN beforehand, so an element
+never written shows) is checked elementwise against float64 of the dequantized weight times the
+activations, within ``gamma_(K+3) |X||W| + u_bf16 |ref|`` (fp32 accumulation, bf16 output), and
+the normwise relative error is recorded; REDUCE 1 (second kernel) and 2 (last-arriving fixup)
+must agree bit for bit, and the tile counters must be zero afterwards. A variant failing its
+check is reported and not timed.
+
+Timing: the calls are captured in a CUDA graph cycling through several weight copies (>= 200 MB in
+all: no call finds its weight in the 50 MB L2), replayed under ``do_bench`` (median), divided by
+the calls: GPU time without host overhead, for bf16 ``torch.mm`` (the anchor, same run) and lowbit
+alike. ``GB/s`` = bytes of the FP4 weight (codes + scales) / time; ratio = bf16 time / lowbit time.
+
+Rows: M in {1, 16, 64, 128} at N = K = 8192 (autotuned, and A/B variants at M = 16: split-K
+factors, tiles, warps, stages, the reduction, hand-prefetched scales), 16x14336x4096 and
+16x4096x14336; NV with 16x16 weight blocks (the NV() default), then NV 1x16 and MX 1x32 at M = 16.
+A time budget (default 150 s) skips what is left, saying so. ~2-2.5 min on an H200 (mostly compiling
+and autotuning). Prints the chosen autotune configurations and the table last; JSON to
+DIR/fp4_weight_only.json.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import torch  # noqa: E402
+
+from benchmarks.common import bench_ms, env_info, guarded, parse_args, print_table, write_json  # noqa: E402
+
+ROTATE_BYTES = 200e6
+U_BF16 = 2.0 ** -8
+DEV = "cuda"  # "cpu" only for --cpu-smoke (TRITON_INTERPRET=1, tiny shapes, timings meaningless)
+
+
+def _v(bn, bk, split, warps, stages, reduce=2, pipe=True, bm=None):
+    cfg = dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=warps, num_stages=stages)
+    if split > 1:
+        cfg["REDUCE"] = reduce
+    if not pipe:
+        cfg["PIPE_SCALES"] = False
+    if bm:
+        cfg["BLOCK_M"] = bm
+    if bn == 256:
+        cfg["maxnreg"] = 128  # 2 CTAs a SM (as the autotuned configuration)
+    name = f"{bn}x{bk} w{warps} s{stages} split{split}" + (" 2-kernel" if split > 1 and reduce == 1 else "") + \
+        ("" if pipe else " hand-prefetch")
+    return name, cfg
+
+
+# A/B at M = 16, N = K = 8192 (NV 16x16): which default to pick
+AB_M16 = [_v(64, 128, 4, 4, 4), _v(64, 128, 4, 4, 4, reduce=1), _v(64, 128, 1, 4, 4), _v(64, 128, 4, 4, 4, pipe=False),
+          _v(64, 128, 8, 4, 3), _v(128, 128, 4, 4, 4), _v(128, 128, 4, 8, 4), _v(128, 128, 6, 8, 4),
+          _v(128, 128, 6, 8, 4, reduce=1), _v(256, 128, 8, 8, 3), _v(256, 128, 8, 8, 4), _v(256, 128, 4, 8, 3),
+          _v(128, 256, 4, 8, 3), _v(64, 256, 4, 4, 3)]
+AB_SMALL = [_v(256, 128, 8, 8, 3), _v(128, 128, 4, 8, 4)]  # at the other M = 16 shapes and kinds
+AB_M = {64: [_v(128, 128, 4, 8, 3, bm=64), _v(64, 128, 4, 4, 3, bm=64)],
+        128: [_v(128, 128, 2, 8, 3, bm=128), _v(64, 128, 4, 4, 3, bm=128)]}
+
+
+def _weights(N, K, recipe, n):
+    from lowbit.dtypes import FP4Tensor
+    g = torch.Generator(device=DEV).manual_seed(2)
+    ws = [(torch.randn(N, K, device=DEV, generator=g) * 0.02).to(torch.bfloat16) for _ in range(n)]
+    return ws, [FP4Tensor.from_float(w, recipe, "weight").t() for w in ws]
+
+
+def _fp4_bytes(b):
+    return b._qdata.numel() + b._scale.numel()
+
+
+def check(x, b, ref, bound, fn):
+    """(ok, rel_err, note): output poisoned with NaN first (the launcher's torch.empty reuses the
+    freed block), then elementwise within the bound."""
+    M, N = x.shape[0], b.shape[1]
+    poison = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=DEV)
+    del poison
+    out = fn()
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+    err = (out.double() - ref).abs()
+    finite = bool(torch.isfinite(out).all())
+    within = bool((err <= bound).all())
+    rel = float((out.double() - ref).norm() / ref.norm())
+    note = "" if finite and within else f"FAILED: finite={finite} within_bound={within} max err/bound=" \
+        f"{float((err / bound.clamp_min(1e-300)).max()):.3g}"
+    return finite and within, rel, note
+
+
+def graph_ms(fns):
+    if DEV != "cuda":
+        t = time.perf_counter()
+        fns[0]()
+        return (time.perf_counter() - t) * 1e3
+    for f in fns:
+        f()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(4):
+            for f in fns:
+                f()
+    ms = bench_ms(graph.replay) / (4 * len(fns))
+    del graph
+    return ms
+
+
+class Run:
+    def __init__(self, budget):
+        self.t0, self.budget, self.rows = time.time(), budget, []
+
+    def left(self):
+        return self.budget - (time.time() - self.t0)
+
+
+def bench_shape(run, M, N, K, kinds, variants):
+    from lowbit.kernels import fp4_weight_only as wo
+    from lowbit.scaling import MX, NV
+
+    shape = f"{M}x{N}x{K}"
+    g = torch.Generator(device=DEV).manual_seed(1)
+    x = torch.randn(M, K, device=DEV, generator=g).to(torch.bfloat16)
+    n_bf16 = max(2, math.ceil(ROTATE_BYTES / (N * K * 2))) if DEV == "cuda" else 1
+    ws = [(torch.randn(N, K, device=DEV, generator=g) * 0.02).to(torch.bfloat16) for _ in range(n_bf16)]
+    bf16_ms = graph_ms([lambda w=w: torch.mm(x, w.t()) for w in ws])
+    run.rows.append(dict(shape=shape, kind="bf16", variant="cuBLAS torch.mm", ms=bf16_ms,
+                         gbps=N * K * 2 / bf16_ms / 1e6))
+    del ws
+    recipes = {"nvfp4 16x16": NV(), "nvfp4 1x16": NV(weight_2d=False), "mxfp4 1x32": MX(elem="e2m1")}
+    for kind in kinds:
+        if run.left() <= 0:
+            run.rows.append(dict(shape=shape, kind=kind, note="skipped: time budget"))
+            continue
+        b0 = None
+        n_fp4 = max(2, math.ceil(ROTATE_BYTES / (N * K * 0.5625))) if DEV == "cuda" else 1
+        _, bs = _weights(N, K, recipes[kind], n_fp4)
+        b0 = bs[0]
+        W = b0.dequantize(torch.float64)                      # (K, N)
+        ref = x.double() @ W
+        gam = (K + 3) * 2.0 ** -24 / (1 - (K + 3) * 2.0 ** -24)
+        bound = gam * (x.double().abs() @ W.abs()) * (1 + U_BF16) + U_BF16 * ref.abs()
+        wbytes = _fp4_bytes(b0)
+        outs = {}
+        for name, cfg in [("autotuned", None)] + variants:
+            if run.left() <= 0:
+                run.rows.append(dict(shape=shape, kind=kind, variant=name, note="skipped: time budget"))
+                continue
+
+            def one(name=name, cfg=cfg):
+                call = (lambda b: wo.fp4_weight_only_mm(x, b, torch.bfloat16)) if cfg is None else \
+                    (lambda b: wo.fp4_weight_only_mm(x, b, torch.bfloat16, config=cfg))
+                ok, rel, note = check(x, b0, ref, bound, lambda: call(b0))
+                outs[name] = call(b0)
+                row = dict(shape=shape, kind=kind, variant=name, err_f64=rel, note=note,
+                           config=cfg or wo.wo_last_config())
+                if ok:
+                    ms = graph_ms([lambda b=b: call(b) for b in bs])
+                    row.update(ms=ms, gbps=wbytes / ms / 1e6, anchor_ms=bf16_ms, ratio=bf16_ms / ms)
+                run.rows.append(row)
+            guarded(run.rows, f"{shape} {kind} {name}", one)
+        # the two reductions: same bits; counters left zero
+        two = [n for n in outs if "2-kernel" in n]
+        if two:
+            fix = two[0].replace(" 2-kernel", "")
+            if fix in outs:
+                run.rows.append(dict(shape=shape, kind=kind, variant="check: 2-kernel == fixup (bitwise)",
+                                     note=str(torch.equal(outs[two[0]], outs[fix]))))
+        if DEV == "cuda":
+            torch.cuda.synchronize()
+        run.rows.append(dict(shape=shape, kind=kind, variant="check: tile counters zero after",
+                             note=str(all(int(v.abs().sum()) == 0 for v in wo._LOCKS.values()))))
+        bs = b0 = W = ref = bound = outs = None
+        if DEV == "cuda":
+            torch.cuda.empty_cache()
+
+
+def main():
+    def extra(p):
+        p.add_argument("--budget", type=float, default=150.0, help="seconds; what is left is skipped")
+        p.add_argument("--cpu-smoke", action="store_true", help="exercise this script on the CPU under "
+                       "TRITON_INTERPRET=1 with tiny shapes (checks the script, measures nothing)")
+    args = parse_args(__doc__.splitlines()[0], extra)
+    info = env_info()
+    global DEV
+    if args.cpu_smoke:
+        DEV = "cpu"
+    elif not torch.cuda.is_available():
+        print("benchmarks/fp4_weight_only.py needs a CUDA GPU; none found (nothing was measured).")
+        write_json(args.out, "fp4_weight_only", {"env": info, "error": "no CUDA GPU"})
+        return
+    from lowbit.kernels import fp4_weight_only as wo
+    run = Run(args.budget)
+    nv = ["nvfp4 16x16"]
+    plan = [((16, 8192, 8192), nv, AB_M16), ((1, 8192, 8192), nv, AB_SMALL[:1]),
+            ((64, 8192, 8192), nv, AB_M[64]), ((128, 8192, 8192), nv, AB_M[128]),
+            ((16, 14336, 4096), nv, AB_SMALL), ((16, 4096, 14336), nv, AB_SMALL),
+            ((16, 8192, 8192), ["nvfp4 1x16", "mxfp4 1x32"], AB_SMALL)]  # in order of importance
+    if args.quick:
+        plan = [((16, 8192, 8192), nv, AB_M16[:6])]
+    if args.cpu_smoke:
+        plan = [((16, 128, 512), nv + ["mxfp4 1x32"], AB_M16[:3]), ((3, 64, 256), nv, AB_SMALL[:1])]
+    for (M, N, K), kinds, variants in plan:
+        if run.left() <= 0:
+            run.rows.append(dict(shape=f"{M}x{N}x{K}", note="skipped: time budget"))
+            continue
+        guarded(run.rows, f"{M}x{N}x{K}", lambda: bench_shape(run, M, N, K, kinds, variants))
+    payload = dict(env=info, rows=run.rows, configs=wo.wo_last_config(), wall_s=time.time() - run.t0)
+    path = write_json(args.out, "fp4_weight_only", payload)
+    print("\nenv:", {k: info.get(k) for k in ("gpu", "torch", "triton", "date")})
+    print("\nautotuned configurations (tuning key -> config):")
+    for k, v in payload["configs"].items():
+        print(f"  {k}: {v}")
+    print(f"\nJSON: {path}   wall: {payload['wall_s']:.0f} s\n")
+    shown = [{**r, "error": r["error"][:90]} if "error" in r else r for r in run.rows]
+    print_table(shown, ["shape", "kind", "variant", "ms", "gbps", "ratio", "err_f64", "note", "error"])
+
+
+if __name__ == "__main__":
+    main()

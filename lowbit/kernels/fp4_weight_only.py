@@ -1,0 +1,380 @@
+"""Weight-only FP4 GEMM: bf16 (or fp16, NV only) activations x an NV or MX FP4 weight, for decode
+and small-batch shapes (M = 1 .. ~128) on Hopper, in ONE kernel launch.
+
+Math. ``C = X @ W^T (+ bias)`` with ``W[n, k] = e2m1[n, k] * s(n, k) * g``: ``s`` the UE4M3 scale of
+the 1x16 (or 16x16) block, or the E8M0 scale ``2^e`` of the 1x32 block; ``g`` the NV FP32 tensor
+scale (1 for MX). Each program computes ``C^T[n-tile, m-tile]`` over one K split as
+``W'[n-tile, k] @ X[m-tile, k]^T``: the weight tile is decoded to bf16 *exactly* (``e2m1 * s`` has
+at most 6 significant bits, inside bf16's range; see ``fp4_gemm``), it is the wgmma register
+operand (M = BLOCK_N rows of W, so the MMA is m64nBLOCK_Mk16 whatever M is: no padding of a
+16-row M to 64), and X^T is the shared-memory operand. Accumulation is fp32; split-K only changes
+the summation order, and the partials are added in split order (0, 1, .., S-1): deterministic,
+and the same bits whichever reduction runs. Bound (``gemm_bound``, one chunk): ``|C - C*| <=
+gamma_(K + 3) sum_k |x_k w_k|`` (one more rounding each for a bias and a bf16/fp16 output).
+
+Launch reasoning (H200: 132 SMs, 4 schedulers each, ~3.6-4 TB/s, HBM latency ~0.8 us under load).
+At M = 16, N = K = 8192 the weight is 32 MB of codes + 4 MB (1x16) / 0.25 MB (16x16) of scales:
+the floor is ~9-10 us. Little's law: 3.6 TB/s x 0.8 us = 2.9 MB in flight, ~22 KB per SM. Each
+program keeps ``num_stages - 1`` K steps in flight as asynchronous copies (16-byte LDGSTS for the
+words and activations; the block scales too, 4-8 bytes a thread, wherever a thread's share is
+>= 4 bytes, see ``pipe_scales``): 256 x 128 is 16 KB of codes a step, 2 steps ahead = 32 KB a
+program, 2 programs a SM = 64 KB. The grid is ``(N / BLOCK_N) x SPLIT_K`` programs, the splits of
+a tile adjacent: N = 8192 has only 32 / 64 / 128 column tiles of 256 / 128 / 64 rows, so SPLIT_K
+= 8 / 4-6 / 4 gives 256 / 256-384 / 512 programs, all resident in one wave (2 / 3 / 6 CTAs a SM:
+the registers decide, 128 / 80 / 80 a thread; a CPU test compiles the configurations for sm_90
+and checks residency, spills and the asynchronous copies). The kernel is issue-bound as much as
+memory-bound: the decode (prmt + 2 lop3 + lea.hi per bf16x2 pair, one hmul2 by the block scale,
+which is converted once per block) is ~2.5 SASS instructions a weight, the K loop 3.55 (256 x 128,
+8 warps) to 4.45 (64 x 128, 4 warps) a weight with the activation tile's shared-memory transpose,
+barriers and address arithmetic: 64M weights x 3.55 / 32 lanes = 7.1M warp instructions, ~6.9 us
+of issue over 528 schedulers at one a cycle, so the 16-24 resident warps a SM must hide latency
+well for the ~14 us target; wide tiles also cut the activations' L2 traffic (each n-tile reads all
+of X: 32 MB over 128 tiles of 64 rows, 8 MB over 32 of 256). MX costs one more hmul2 per pair
+(``e2m1 * 2^-126`` times 2^126, then times 2^k: 2^(k + 126) overflows bf16 for k >= 2).
+
+Reduction (``REDUCE``): 0 = no split (the program stores C); 1 = fp32 partials then
+``_wo_reduce_kernel`` (a second launch: ~2-4 us of GPU time in a CUDA graph, a large share of
+~14 us); 2 (default) = the same partials, then the *last* program of a tile to arrive (a per-tile
+counter, ``atomic_add`` acq_rel at GPU scope after a CTA barrier: ``membar.gl`` + one atomic a
+program) adds them in split order, applies the tensor scale and bias, stores C and resets the
+counter to 0 for the next call: one launch, no memset (the counters are zeroed once per device,
+and every launch leaves them zero). Partials are tile-contiguous: ``part[tile, split, BLOCK_N,
+BLOCK_M]`` (fp32, 16 KB a program at 256 x 16), read back with ``.cg`` loads (L2, never a stale
+L1 line), one split at a time (an unrolled sum would load all S at once and raise the kernel's
+register count: 151 instead of 128 at 256 x 128, split 8, i.e. 1 CTA a SM instead of 2).
+
+Layout tricks (shared with ``fp4_gemm``): 32-bit words of 8 packed codes; decoded slot ``j`` of
+every word is concatenated slot-major along K (column ``j WORDS + w`` = element ``8w + j``), and
+the activation tile is loaded contiguously and permuted the same way, so no shuffle is needed.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from .interpret import interpreting, runnable
+
+__all__ = ["fp4_weight_only_mm", "weight_only_support", "WO_CONFIGS", "prune_wo", "wo_last_config",
+           "SCAN_SPECS"]
+
+
+from .fp4_decode import _decode_cat, _words, _x_tile
+from .gemm import _e8m0_to_fp32, _store_dtype, autotune_choices
+
+
+def _fp4():  # fp4_gemm imports this module: its launch helpers are imported at call time
+    from . import fp4_gemm
+    return fp4_gemm
+
+
+@triton.jit
+def _scale_bytes(s_ptr, rows, stride_s, k0, K, WORDS: tl.constexpr, SBLOCK: tl.constexpr,
+                 SROWS: tl.constexpr, EVEN_K: tl.constexpr):
+    """Block-scale bytes ``(R, WORDS / (SBLOCK / 8))`` of ``rows`` for the K tile starting at ``k0``.
+    EVEN_K: ``k0`` is a multiple of the K tile (said to the compiler), so a row's bytes are one
+    aligned vector load (8 bytes for 1x16 blocks and BLOCK_K = 128) instead of byte loads."""
+    NB: tl.constexpr = WORDS // (SBLOCK // 8)
+    if EVEN_K:
+        blk = tl.multiple_of(k0 // SBLOCK, NB) + tl.arange(0, NB)
+        return tl.load(s_ptr + (rows // SROWS)[:, None] * stride_s + blk[None, :])
+    else:
+        blk = k0 // SBLOCK + tl.arange(0, NB)
+        ptrs = s_ptr + (rows // SROWS)[:, None] * stride_s + blk[None, :]
+        return tl.load(ptrs, mask=(blk < tl.cdiv(K, SBLOCK))[None, :], other=0)
+
+
+@triton.jit
+def _block_scales(s, WORDS: tl.constexpr, SBLOCK: tl.constexpr, MX: tl.constexpr, ASM: tl.constexpr,
+                  DTYPE: tl.constexpr):
+    """Scale bytes ``(R, WORDS / PER)`` -> the decode's scale operand ``(R, WORDS)``, converted once
+    per block (then broadcast over its ``PER = SBLOCK / 8`` words). ASM: bf16, NV times 2^118
+    (exact: UE4M3 in [2^-9, 448]), MX ``2^e`` (exact); portable: fp32."""
+    PER: tl.constexpr = SBLOCK // 8
+    if MX:
+        v = _e8m0_to_fp32(s)
+    else:
+        v = s.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    if ASM:
+        if MX:
+            v = v.to(tl.bfloat16)
+        else:
+            v = (v * 3.3231458909047650e35).to(tl.bfloat16)
+    return tl.reshape(tl.broadcast_to(v[:, :, None], (v.shape[0], WORDS // PER, PER)), (v.shape[0], WORDS))
+
+
+@triton.jit
+def _wo_kernel(x_ptr, w_ptr, s_ptr, g_ptr, c_ptr, part_ptr, lock_ptr, bias_ptr, M, N, K,
+               stride_xm, stride_w, stride_s, stride_cm, stride_cn,
+               SBLOCK: tl.constexpr, SROWS: tl.constexpr, MX: tl.constexpr, SPLIT_K: tl.constexpr,
+               REDUCE: tl.constexpr, HAS_BIAS: tl.constexpr, ASM: tl.constexpr, EVEN_K: tl.constexpr,
+               DOT_DTYPE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
+               PIPE_SCALES: tl.constexpr = True):
+    """One (n-tile, K split, m-tile) program: ``acc = W'[n-tile, split] @ X[m-tile, split]^T``, then
+    the epilogue (SPLIT_K == 1), or a partial (REDUCE 1), or a partial and the last-arriving fixup
+    (REDUCE 2). Grid: (n_tiles * SPLIT_K, m_tiles), the splits of a tile adjacent."""
+    pid = tl.program_id(0)
+    pid_k = pid % SPLIT_K
+    pid_n = pid // SPLIT_K
+    pid_m = tl.program_id(1)
+    n_tiles = tl.cdiv(N, BLOCK_N)
+    off_n = pid_n * BLOCK_N
+    off_m = pid_m * BLOCK_M
+    cols = tl.minimum(off_n + tl.arange(0, BLOCK_N), N - 1)
+    xrows = tl.minimum(off_m + tl.arange(0, BLOCK_M), M - 1)
+    k_per = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_K) * BLOCK_K
+    k_lo = pid_k * k_per
+    k_hi = tl.minimum(k_lo + k_per, K)
+    WORDS: tl.constexpr = BLOCK_K // 8
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    if not PIPE_SCALES:  # clamped: a split starting past K (a forced split_k) runs no step but must not read past K
+        k_first = tl.multiple_of(tl.minimum(k_lo, K - BLOCK_K), BLOCK_K) if EVEN_K else k_lo
+        s_next = _scale_bytes(s_ptr, cols, stride_s, k_first, K, WORDS, SBLOCK, SROWS, EVEN_K)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        if PIPE_SCALES:  # loaded in the loop: the pipeliner makes them asynchronous copies (>= 4 bytes a row)
+            s = _scale_bytes(s_ptr, cols, stride_s, tl.multiple_of(k0, BLOCK_K) if EVEN_K else k0, K, WORDS,
+                             SBLOCK, SROWS, EVEN_K)
+        else:  # prefetched one K step ahead by hand
+            s = s_next
+            k_next = tl.multiple_of(tl.minimum(k0 + BLOCK_K, K - BLOCK_K), BLOCK_K) if EVEN_K else k0 + BLOCK_K
+            s_next = _scale_bytes(s_ptr, cols, stride_s, k_next, K, WORDS, SBLOCK, SROWS, EVEN_K)
+        w = _words(w_ptr, cols, stride_w, k0, K, WORDS, EVEN_K)
+        sw = _block_scales(s, WORDS, SBLOCK, MX, ASM, DOT_DTYPE)
+        wc = _decode_cat(w, sw, MX, ASM, DOT_DTYPE, BLOCK_N, WORDS, ASM)
+        x = _x_tile(x_ptr, xrows, stride_xm, k0, K, WORDS, BLOCK_M, EVEN_K, DOT_DTYPE)
+        acc = tl.dot(wc, tl.trans(x), acc)
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    if SPLIT_K > 1:
+        TILE: tl.constexpr = BLOCK_N * BLOCK_M
+        tile = pid_m * n_tiles + pid_n
+        local = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+        base = part_ptr + tile.to(tl.int64) * (SPLIT_K * TILE)
+        tl.store(base + pid_k * TILE + local, acc)
+        if REDUCE == 2:
+            tl.debug_barrier()  # every thread's partial stored before the release below
+            arrived = tl.atomic_add(lock_ptr + tile, 1, sem="acq_rel", scope="gpu")
+            if arrived == SPLIT_K - 1:  # the last split of this tile: add all, in split order
+                tot = tl.load(base + local, cache_modifier=".cg")
+                for s_i in range(1, SPLIT_K):  # a loop, not unrolled: all S loads at once would set
+                    tot += tl.load(base + s_i * TILE + local, cache_modifier=".cg")  # the kernel's registers
+                _wo_epilogue(tot, g_ptr, c_ptr, bias_ptr, offs_n, offs_m, M, N, stride_cm, stride_cn,
+                             HAS_BIAS, ASM and not MX)
+                tl.atomic_xchg(lock_ptr + tile, 0)  # ready for the next launch
+    else:
+        _wo_epilogue(acc, g_ptr, c_ptr, bias_ptr, offs_n, offs_m, M, N, stride_cm, stride_cn,
+                     HAS_BIAS, ASM and not MX)
+
+
+@triton.jit
+def _wo_epilogue(acc, g_ptr, c_ptr, bias_ptr, offs_n, offs_m, M, N, stride_cm, stride_cn,
+                 HAS_BIAS: tl.constexpr, UNDO_NV: tl.constexpr):
+    """``C^T[tile] = acc (* 2^8 for the NV PTX decode, exact) * g (+ bias)``, cast, masked."""
+    if UNDO_NV:
+        acc = acc * 256.0
+    out = acc * tl.load(g_ptr)
+    if HAS_BIAS:
+        out = out + tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[:, None]
+    mask = (offs_n[:, None] < N) & (offs_m[None, :] < M)
+    tl.store(c_ptr + offs_m[None, :] * stride_cm + offs_n[:, None] * stride_cn,
+             out.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _wo_reduce_kernel(part_ptr, g_ptr, c_ptr, bias_ptr, M, N, stride_cm, stride_cn,
+                      SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr, UNDO_NV: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr):
+    """REDUCE 1: one program per tile adds its partials in split order, then the epilogue (the
+    same bits as the last-arriving fixup of REDUCE 2)."""
+    pid_n = tl.program_id(0)
+    tile = tl.program_id(1) * tl.cdiv(N, BLOCK_N) + pid_n
+    TILE: tl.constexpr = BLOCK_N * BLOCK_M
+    local = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+    base = part_ptr + tile.to(tl.int64) * (SPLIT_K * TILE)
+    tot = tl.load(base + local)
+    for s_i in tl.static_range(1, SPLIT_K):
+        tot += tl.load(base + s_i * TILE + local)
+    _wo_epilogue(tot, g_ptr, c_ptr, bias_ptr, pid_n * BLOCK_N + tl.arange(0, BLOCK_N),
+                 tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M), M, N, stride_cm, stride_cn,
+                 HAS_BIAS, UNDO_NV)
+
+
+# ---- configurations (H200) -------------------------------------------------------------------------
+_MAXNREG = "maxnreg" in inspect.signature(triton.Config).parameters
+
+
+def _cfg(warps, stages, bn, bm, bk, split, reduce=2, maxnreg=None):
+    extra = {"maxnreg": maxnreg} if maxnreg and _MAXNREG else {}
+    return triton.Config(dict(BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, SPLIT_K=split, REDUCE=reduce if split > 1 else 0),
+                         num_warps=warps, num_stages=stages, **extra)
+
+
+# BLOCK_M is the MMA's N (16 covers M <= 16). sm_90 cubin facts (NV 16x16, EVEN_K; registers a
+# thread / CTAs a SM by registers and shared memory / SASS instructions per weight in the K loop):
+#   256x128 w8 s3: 128 / 2 / 3.55   128x256 w8 s3: 127 / 2 / 3.90   128x128 w8 s4: 80 / 3 / 4.27
+#   64x128 w4 s4: 79 / 6 / 4.45     (128x128 w4 s4: 127 / 4 / 3.69, split 8: 155 / 3)
+# Programs at N = K = 8192, M = 16 (one wave is 132 x CTAs a SM): 256-row tiles x split 8 = 256
+# (2 a SM, 16 warps: exactly 128 registers, hence maxnreg), 128-row x split 4 / 6 = 256 / 384 (of 396), 64-row x split 4 = 512 (of 792).
+# Wide tiles also cut the activations' L2 traffic: every n-tile reads all of X (256 KB at M = 16),
+# i.e. 32 MB over 128 tiles of 64 rows (as much as the weight itself), 8 MB over 32 tiles of 256.
+WO_CONFIGS = [_cfg(8, 3, 256, 16, 128, 8, maxnreg=128), _cfg(8, 4, 128, 16, 128, 4), _cfg(8, 4, 128, 16, 128, 6),
+              _cfg(8, 3, 128, 16, 256, 4), _cfg(4, 4, 64, 16, 128, 4), _cfg(4, 4, 64, 16, 128, 2),
+              _cfg(4, 3, 64, 16, 128, 8),
+              _cfg(8, 4, 128, 32, 128, 4), _cfg(4, 3, 64, 32, 128, 4),
+              _cfg(8, 3, 128, 64, 128, 4), _cfg(4, 3, 64, 64, 128, 4), _cfg(8, 3, 128, 64, 128, 2),
+              _cfg(8, 3, 128, 128, 128, 2), _cfg(4, 3, 64, 128, 128, 2), _cfg(8, 3, 128, 128, 128, 4)]
+
+
+def _want_bm(M: int) -> int:
+    return 16 if M <= 16 else 32 if M <= 32 else 64 if M <= 64 else 128
+
+
+def prune_wo(configs, named_args, **kw):
+    """BLOCK_M: the smallest of 16 / 32 / 64 / 128 that covers M; BLOCK_K holds whole scale blocks;
+    each split keeps >= 2 K steps (else the split is dropped)."""
+    M, K = named_args["M"], named_args["K"]
+    sblock = kw.get("SBLOCK", named_args.get("SBLOCK", 16))  # constexprs come as keywords
+    want = _want_bm(M)
+    keep = [c for c in configs if c.kwargs["BLOCK_M"] == want and c.kwargs["BLOCK_K"] % sblock == 0
+            and K >= 2 * c.kwargs["SPLIT_K"] * c.kwargs["BLOCK_K"]]
+    return keep or [_cfg(4, 3, 64, min(want, 64), max(128, sblock), 1)]
+
+
+def pipe_scales(block_n: int, block_k: int, sblock: int, num_warps: int) -> bool:
+    """Block scales go through the pipeline's asynchronous copies when every thread's share of a
+    K step's scale bytes is >= 4 (cp.async's smallest copy); narrower ones (MX 1x32 at 64 x 128 /
+    4 warps: 2 bytes a thread) are prefetched one K step ahead by hand instead."""
+    return block_n * (block_k // sblock) >= 4 * 32 * num_warps
+
+
+_HEUR = triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0,
+                           "PIPE_SCALES": lambda args: pipe_scales(args["BLOCK_N"], args["BLOCK_K"], args["SBLOCK"],
+                                                                   args.get("num_warps", 4))})
+_WO_TUNED = triton.autotune(WO_CONFIGS, key=["M", "N", "K", "SBLOCK", "SROWS", "MX", "HAS_BIAS", "ASM"],
+                            prune_configs_by={"early_config_prune": prune_wo})(_HEUR(_wo_kernel))
+
+
+def wo_last_config() -> dict:
+    """Configurations the autotuner chose, per tuning key."""
+    return autotune_choices({"fp4_weight_only": _WO_TUNED})
+
+
+# ---- launcher --------------------------------------------------------------------------------------
+_LOCKS: dict = {}
+
+
+def _locks(device, n: int) -> torch.Tensor:
+    """Per-device tile counters, zero between launches (every launch leaves them zero). Allocated
+    (zeroed) on first use outside a CUDA-graph capture; first used inside a capture, a buffer of
+    that capture only (its zeroing is a memset node of the graph). The counters are shared by the
+    launches on one device: two of these GEMMs running *concurrently* on two streams would race."""
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    key = str(device)
+    buf = _LOCKS.get(key)
+    if buf is None or buf.numel() < n:
+        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+        if not capturing:
+            _LOCKS[key] = buf
+    return buf
+
+
+def weight_only_support(a, b) -> Optional[str]:
+    """None when ``fp4_weight_only_mm`` takes activations ``a`` and the FP4 weight ``b``."""
+    f = _fp4()
+    why = f._fp4_layout(b, "b")
+    if why:
+        return why
+    if a.dtype not in (torch.bfloat16, torch.float16):
+        return "weight-only FP4 GEMM takes bf16/fp16 activations"
+    if a.dtype == torch.float16 and b.kind == "mx":
+        return "MX weight-only GEMM takes bf16 activations (E8M0 scales exceed fp16's range)"
+    return f._kn_reason(a, b)
+
+
+_CONFIG_KEYS = ("BLOCK_N", "BLOCK_M", "BLOCK_K", "SPLIT_K", "REDUCE", "PIPE_SCALES", "num_warps", "num_stages",
+                "maxnreg")
+
+
+def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = None,
+                       bias: Optional[torch.Tensor] = None, *, fast_dequant: Optional[bool] = None,
+                       split_k: Optional[int] = None, config: Optional[dict] = None) -> torch.Tensor:
+    """``a @ b (+ bias)`` with bf16/fp16 activations ``a`` (M, K) and an FP4 weight ``b = w.t()``
+    (``_wo_kernel``; with REDUCE 1 then ``_wo_reduce_kernel``).
+
+    By default the configuration is autotuned (``WO_CONFIGS``, pruned by M). ``split_k`` forces a
+    K split with a default tile; ``config`` forces a whole configuration (keys of ``_CONFIG_KEYS``,
+    missing ones from the default; REDUCE 1 = second kernel, 2 = last-arriving program), for A/B
+    measurements. ``fast_dequant``: the PTX decode (default on sm_90 with bf16) or the portable one."""
+    f = _fp4()
+    why = weight_only_support(a, b)
+    if why:
+        raise ValueError(f"fp4_weight_only_mm: {why}")
+    if split_k is not None and (isinstance(split_k, bool) or not isinstance(split_k, int) or split_k < 1):
+        raise ValueError(f"fp4_weight_only_mm: split_k must be a positive int, got {split_k!r}")
+    if config is not None and (set(config) - set(_CONFIG_KEYS)):
+        raise ValueError(f"fp4_weight_only_mm: config keys must be among {_CONFIG_KEYS}, got {sorted(config)}")
+    out_dtype = out_dtype or a.dtype
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=_store_dtype(out_dtype), device=a.device)
+    if M == 0 or N == 0:
+        return c.to(out_dtype)
+    x = a if a.stride(1) == 1 else a.contiguous()
+    qb, sb, rb, blk = f._storage(b)
+    asm = f._use_asm(a.device, a.dtype) if fast_dequant is None else (fast_dequant and a.dtype == torch.bfloat16)
+    bias_t = bias.contiguous() if bias is not None else c
+    fixed = None
+    if interpreting():
+        fixed = dict(BLOCK_N=32, BLOCK_M=16, BLOCK_K=max(64, blk), SPLIT_K=split_k or 2, REDUCE=2)
+    elif split_k is not None or config is not None:
+        fixed = dict(BLOCK_N=64, BLOCK_M=min(_want_bm(M), 128), BLOCK_K=max(128, blk), SPLIT_K=split_k or 4,
+                     REDUCE=2, num_warps=4, num_stages=3)
+    if fixed is not None:
+        fixed.update(config or {})
+        if fixed["SPLIT_K"] == 1:
+            fixed["REDUCE"] = 0
+        elif fixed["REDUCE"] not in (1, 2):
+            raise ValueError("fp4_weight_only_mm: REDUCE must be 1 or 2 with SPLIT_K > 1")
+        if fixed["BLOCK_K"] % blk:
+            raise ValueError(f"fp4_weight_only_mm: BLOCK_K {fixed['BLOCK_K']} must hold whole {blk}-blocks")
+        fixed["EVEN_K"] = K % fixed["BLOCK_K"] == 0
+        fixed.setdefault("PIPE_SCALES", pipe_scales(fixed["BLOCK_N"], fixed["BLOCK_K"], blk, fixed.get("num_warps", 4)))
+        plans = [fixed]
+    else:
+        plans = [dict(cfg.kwargs) for cfg in prune_wo(WO_CONFIGS, {"M": M, "K": K}, SBLOCK=blk)]
+    # partials and counters sized for every configuration the launch may pick
+    part_n = max(triton.cdiv(N, p["BLOCK_N"]) * p["BLOCK_N"] * triton.cdiv(M, p["BLOCK_M"]) * p["BLOCK_M"]
+                 * p["SPLIT_K"] for p in plans if p["SPLIT_K"] > 1) if any(p["SPLIT_K"] > 1 for p in plans) else 0
+    part = torch.empty(max(part_n, 1), dtype=torch.float32, device=a.device)
+    n_locks = max(triton.cdiv(N, p["BLOCK_N"]) * triton.cdiv(M, p["BLOCK_M"]) for p in plans)
+    locks = _locks(a.device, n_locks) if any(p.get("REDUCE") == 2 for p in plans) else part
+    grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]) * meta["SPLIT_K"], triton.cdiv(M, meta["BLOCK_M"]))  # noqa: E731
+    launch = runnable(_wo_kernel) if fixed is not None else _WO_TUNED
+    launch[grid](x, qb, sb, b._global_scale, c, part, locks, bias_t, M, N, K, x.stride(0), qb.stride(0),
+                 sb.stride(0), c.stride(0), c.stride(1), SBLOCK=blk, SROWS=rb, MX=b.kind == "mx",
+                 HAS_BIAS=bias is not None, ASM=asm, DOT_DTYPE=f._dot_dtype(a.dtype), **(fixed or {}))
+    chosen = fixed if fixed is not None else _WO_TUNED.best_config.kwargs
+    if chosen["SPLIT_K"] > 1 and chosen["REDUCE"] == 1:
+        bn, bm = chosen["BLOCK_N"], chosen["BLOCK_M"]
+        runnable(_wo_reduce_kernel)[(triton.cdiv(N, bn), triton.cdiv(M, bm))](
+            part, b._global_scale, c, bias_t, M, N, c.stride(0), c.stride(1), SPLIT_K=chosen["SPLIT_K"],
+            HAS_BIAS=bias is not None, UNDO_NV=asm and b.kind != "mx", BLOCK_N=bn, BLOCK_M=bm)
+    return c.to(out_dtype)
+
+
+# ---- sm_90 compile configurations for fma_guard ------------------------------------------------------
+_SIG = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*u8", "g_ptr": "*fp32", "c_ptr": "*bf16",
+        "part_ptr": "*fp32", "lock_ptr": "*i32", "bias_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32",
+        "stride_xm": "i32", "stride_w": "i32", "stride_s": "i32", "stride_cm": "i32", "stride_cn": "i32"}
+SCAN_SPECS = (
+    {"kernel": _wo_kernel, "num_warps": 4, "num_stages": 4, "signature": _SIG,
+     "constexprs": dict(SBLOCK=16, SROWS=16, MX=False, SPLIT_K=4, REDUCE=2, HAS_BIAS=True, ASM=True, EVEN_K=False,
+                        DOT_DTYPE=tl.bfloat16, BLOCK_N=64, BLOCK_M=16, BLOCK_K=128)},
+    {"kernel": _wo_reduce_kernel, "num_warps": 4, "num_stages": 1,
+     "signature": {"part_ptr": "*fp32", "g_ptr": "*fp32", "c_ptr": "*bf16", "bias_ptr": "*bf16", "M": "i32",
+                   "N": "i32", "stride_cm": "i32", "stride_cn": "i32"},
+     "constexprs": dict(SPLIT_K=4, HAS_BIAS=True, UNDO_NV=True, BLOCK_N=64, BLOCK_M=16)},
+)
