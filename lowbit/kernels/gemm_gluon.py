@@ -19,38 +19,48 @@ benchmark checks the Frobenius error against cuBLAS's on the same codes. K past 
 not a multiple of 128) and rows/columns past M/N arrive as zeros from TMA's out-of-bounds fill, so
 they add exactly 0; blockwise scales past the last chunk are loaded as 0 (0 * 0).
 
-Schedule (why it is faster than the plain-Triton kernel). Each warp group (4 warps, 64 rows of
-the 128-row tile) keeps the fp32 accumulator plus two *temporaries* T0, T1 in registers. Work is a
-stream of wgmma "ops" that alternate between T0 and T1; before an op is issued into T_i, the op
-issued two steps earlier into T_i has been waited for and promoted:
+Schedule (why it is faster than the plain-Triton kernel). 8 warps = two warp groups, each owning
+64 rows of the 128-row tile; each keeps the fp32 accumulator(s) and two *temporaries* T0, T1 in
+registers. A pipeline stage carries two wgmma "ops" (``SPLIT`` below); per stage ``s``:
 
-    issue op0 -> T0, op1 -> T1                       (async, use_acc=False)
-    loop:  wait(1)  # op(j-2) in T0 done, op(j-1) still on the tensor cores
-           acc += T0 (* s);  issue op j -> T0
-           wait(1)  # op(j-1) in T1 done, op j running
-           acc += T1 (* s);  issue op j+1 -> T1
-    drain: wait(1), promote T0; wait(0), promote T1
+    issue op0(s) -> T0                    (async, use_acc=False)
+    acc += T1 (* s)                       # op1(s-1), on the CUDA cores while op0(s) runs
+    issue op1(s) -> T1
+    CTA barrier; TMA refill of stage s-1's slot (one thread)
+    wait(1); acc += T0 (* s)              # op0(s) done; op1(s) runs meanwhile
+    wait(0)                               # op1(s) done, promoted next stage
 
-so a wgmma of this warp group is always in flight while it promotes (``wgmma.wait_group 1`` in the
-loop, never 0), and the other warp group's wgmmas run too. Two op shapes (``SPLIT``):
+so every promotion overlaps a wgmma of the same warp group (``wgmma.wait_group 1`` in the loop),
+and the other warp group's wgmmas too. The ``wait(0)`` at the end of each stage is what ptxas
+needs: with a wgmma still in flight across the loop's back edge while the loop reads other
+accumulator registers, ptxas (12.8 and 13.x) serializes every wgmma (C7514, ``WARPGROUP.DEPBAR
+gsb0, 0x0`` after each one; tried first); FlashAttention-3's intra-warpgroup overlap has the
+same shape. Cost: a short tensor-core bubble per stage (loop back edge, barrier wait, issue:
+tens of clocks against ~1024 clocks of MMA per 256-K stage). The promotions are volatile inline
+``add.rn``/``fma.rn``: as plain arithmetic LLVM sank them below the next wgmma, which reuses T as
+its (ignored) accumulator operand, and so needed a 64-register copy of T (spills for blockwise).
+Two op shapes (``CONFIGS``: SUBK, NSUB):
 
-* ``"k"`` (BLOCK_N = 128): a pipeline stage holds two 128-K chunks; op 0/1 = chunk 2s / 2s+1 on the
-  whole 128x128 tile; one accumulator. 3 x 64 fp32 registers per thread. The only choice for
-  blockwise (a tile is one 128-column scale block: sB is a scalar per chunk, sA two registers).
-* ``"n"`` (BLOCK_N = 192): a stage holds one 128-K chunk; op 0/1 = the left/right 96 columns; two
-  accumulators (left, right). 4 x 48 registers per thread. Tensorwise/rowwise.
+* ``k2`` (SUBK=2): a stage holds two 128-K chunks; op0/op1 = chunk 2s / 2s+1 on the whole 128x128
+  tile; one accumulator; 3 x 64 fp32 registers per thread for acc/T0/T1. The default.
+* ``n2`` (NSUB=2): a stage holds one 128-K chunk; op0/op1 = its left/right 64 columns (m64n64k32
+  wgmmas), two accumulators, 4 x 32 registers; twice the stages (bubble per 128 K).
 
+Blockwise needs a 128-wide tile (one sB per chunk; sA two registers per chunk), both shapes do.
 Arithmetic (H200, per SM and clock): FP8 wgmma ~4096 FMA; a 128x128x128 chunk = 512 clk of
 tensor time, its promotion = 64 FADD per thread = 16384 FP32 ops / 128 lanes = 128 issue clk
-(~25%, which the plain-Triton kernel pays serially and this schedule hides). L2 -> SM traffic per
-FLOP: a 128x128 tile reads 1/64 B per FMA, 128x192 1/76.8 (-17%); at ~1.3 PFLOP/s that is ~10 vs
-~8.5 TB/s over the chip, which is why the 192-wide tile is offered for tensorwise/rowwise (cuBLAS
-uses 128x256 with clusters; 128x256 needs 128 + 2x64 = 256 accumulator registers here, too many).
-Shared memory: stage = SUBK x (128x128 A) + 128x(BLOCK_N) B fp8: 64 KB ("k"), 40 KB ("n"); 3 / 4-5
-stages <= 227 KB; no smem epilogue. Persistent grid (one CTA per SM, 8 warps, grouped tile order
-GROUP_M for L2 reuse); the TMA producer walks (tile, stage) flattened, so the next tile's loads are
-in flight during this tile's tail and epilogue. A stage is refilled right after every warp group
-has retired its wgmmas on it (CTA barrier, then one thread issues TMA into that slot).
+(~25%, which the plain-Triton kernel pays serially and this schedule hides). L2 -> SM traffic:
+a 128x128 tile reads 1/64 B per FMA (~10 TB/s over the chip at 1.3 PFLOP/s); 128x256 would halve
+the A share (cuBLAS's choice, with clusters) but needs 128 + 2 x 64 = 256 accumulator registers
+per thread here (one warp group per 64 rows): too many without warp specialization and
+``setmaxnreg`` (the next step: producer warp + two consumer warp groups ping-ponging 128x256
+tiles). Block shapes of TMA must be powers of two (a 192-wide tile was tried). Shared memory:
+stage = SUBK x 16 KB (A) + 2 x (BN/NSUB x 128) B = 64 KB (k2) / 32 KB (n2); 3 / 6 stages = 192 KB
+<= 227 KB; no smem epilogue (stores from registers, masked). Persistent grid (one CTA per SM,
+grouped tile order GROUP_M for L2 reuse); the TMA producer walks (tile, stage) flattened, so the
+next tile's first stages load during this tile's tail and epilogue. A slot is refilled after a
+CTA barrier that follows every warp group's ``wait(0)`` on it. Triton's shared-memory analysis
+adds a CTA barrier before each TMA copy too (5 per stage; they fall while both ops run).
 
 ``gluon_scaled_mm`` returns None (declines) where this kernel doesn't apply: no Gluon, not sm_90,
 CPU tensors, strides TMA can't take, other scale layouts. Nothing is read from the environment;

@@ -23,7 +23,8 @@ def _tools():
     return get_ptxas(90).path, os.path.join(os.path.dirname(nv.__file__), "bin", "cuobjdump")
 
 
-@pytest.fixture(scope="module", params=[("tensorwise", "k2_n128_s3"), ("blockwise", "k2_n128_s3")],
+@pytest.fixture(scope="module", params=[("tensorwise", "k2_n128_s3"), ("rowwise", "k2_n128_s3"),
+                                        ("blockwise", "k2_n128_s3"), ("blockwise", "n2_n128_s6")],
                 ids=lambda p: "-".join(p))
 def compiled(request, tmp_path_factory):
     """(PTX, ptxas -v stderr, SASS, shared bytes) of one configuration (a few seconds each)."""
@@ -51,7 +52,7 @@ def _loops(ptx: str):
 
 def test_ptx_has_async_wgmma_and_wait_one_in_the_k_loop(compiled):
     ptx = compiled[0]
-    assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in ptx
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n(64|128)k32\.f32\.e4m3\.e4m3", ptx)
     inner = [b for b in _loops(ptx) if "wgmma.mma_async" in b and "mbarrier.try_wait" in b]
     assert inner, "no loop issues wgmma"
     assert any(re.search(r"wgmma\.wait_group\.sync\.aligned\s+1;", b) for b in inner), \
