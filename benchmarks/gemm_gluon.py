@@ -21,8 +21,9 @@ hang names the case it hung in.
    blockwise (``F.scaled_mm`` / ``torch._scaled_mm``, via benchmarks/gemm.py's probe), lowbit's
    plain-Triton kernel, each Gluon configuration. TFLOP/s = 2MNK / t; ratio = cuBLAS precise time /
    this time (also vs cuBLAS fast-accum and vs lowbit's Triton kernel). Shapes stop when the
-   budget (default 240 s) is near; the non-default configurations' checks run only the first
-   two shapes, and only while >= 150 s are left. ``--cpu-smoke`` exercises the script itself.
+   budget (default 240 s) is near; the configurations of ``gemm_gluon.DEFAULT_CONFIG`` are checked
+   on every shape, the others (``BENCH_CONFIGS``, or --configs) on the first two, while >= 130 s
+   are left. ``--cpu-smoke`` exercises the script itself.
 Expect ~3-4 minutes (first compiles included). Table last; JSON to DIR/gemm_gluon.json.
 """
 from __future__ import annotations
@@ -46,6 +47,7 @@ CHECKS = [  # (M, N, K, out dtype, bias); the first two also run for the non-def
     (64, 512, 256, "bfloat16", False),
 ]
 LITE = 2
+BENCH_CONFIGS = ("k2_n128_s3_u2", "k2_n128_s3", "n2_n128_s6_u2")  # default list; --configs for others
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (16384, 14336, 4096), (2048, 4096, 4096)]
 CASE_TIMEOUT = 90.0      # per check case / timed variant (the first includes compiling)
 SHAPE_TIMEOUT = 150.0    # per timed shape
@@ -322,15 +324,15 @@ def main():
     from lowbit.kernels import gemm_gluon as gg
     print("env:", {k: info.get(k) for k in ("gpu", "torch", "triton", "date")}, "gluon:",
           gg.gluon_available() or "ok", flush=True)
-    configs = args.configs.split(",") if args.configs else list(gg.CONFIGS)
+    configs = args.configs.split(",") if args.configs else list(BENCH_CONFIGS)
     left = lambda: args.budget - (time.time() - t_start)  # noqa: E731
 
     # 1. correctness, one child per configuration (all modes), CASE_TIMEOUT per case
     checks, passed = [], {m: [] for m in MODES}
-    default = gg.DEFAULT_CONFIG["tensorwise"]
-    for cfg in sorted(configs, key=lambda c: c != default):  # the default configuration first, fully
-        n_checks = len(CHECKS) if cfg == default else LITE
-        if cfg != default and left() < 150:
+    defaults = set(gg.DEFAULT_CONFIG.values())
+    for cfg in sorted(configs, key=lambda c: c not in defaults):  # the default configurations first, fully
+        n_checks = len(CHECKS) if cfg in defaults else LITE
+        if cfg not in defaults and left() < 130:
             checks.append({"case": f"{cfg} (all)", "config": cfg, "status": "skipped: time budget"})
             continue
         print(f"\n== correctness: {cfg} ({n_checks} shapes x {len(MODES)} modes, {left():.0f} s left)", flush=True)

@@ -45,6 +45,8 @@ Two op shapes (``CONFIGS``: SUBK, NSUB):
   tile; one accumulator; 3 x 64 fp32 registers per thread for acc/T0/T1. The default.
 * ``n2`` (NSUB=2): a stage holds one 128-K chunk; op0/op1 = its left/right 64 columns (m64n64k32
   wgmmas), two accumulators, 4 x 32 registers; twice the stages (bubble per 128 K).
+* ``_u2`` (UNROLL=2): stages go in pairs; the first hands its op1 to the second still in flight
+  (``wait(1)`` there), so the ``wait(0)`` bubble comes once per two stages.
 
 Blockwise needs a 128-wide tile (one sB per chunk; sA two registers per chunk), both shapes do.
 Arithmetic (H200, per SM and clock): FP8 wgmma ~4096 FMA; a 128x128x128 chunk = 512 clk of
@@ -177,12 +179,57 @@ if gl is not None:
         gl.store(ptrs, out.to(c_ptr.dtype.element_ty), mask=mask)
 
     @gluon.jit
+    def _stage(st, c, p, acc0, acc1, t0, t1, s1, n_stages, start, step, num_tiles, num_pid_m, num_pid_n,
+               a_desc, b_desc, a_bufs, b_bufs, ready, sa_ptr, sb_ptr, off_m, pid_n, n_chunks, M,
+               stride_sam, stride_sak, stride_sbk, stride_sbn, rows_layout: gl.constexpr,
+               MODE: gl.constexpr, SUBK: gl.constexpr, NSUB: gl.constexpr, BLOCK_M: gl.constexpr,
+               BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+               PREV_DRAINED: gl.constexpr, DRAIN: gl.constexpr):
+        """Stage ``st`` (>= 1) of a tile, consumer index ``c``: issue op0 into t0, promote the
+        previous stage's op1 (t1, retired by the previous stage's wait(0) when PREV_DRAINED, else
+        waited for here), issue op1 into t1, refill the previous stage's slot, wait for op0 and
+        promote it; DRAIN: end with wait(0) (nothing in flight afterwards)."""
+        slot = c % STAGES
+        if MODE == 2:  # this stage's op 0 scale (the load overlaps the barrier wait)
+            s0 = _chunk_scale(sa_ptr, sb_ptr, off_m, pid_n, st * SUBK, n_chunks, M, stride_sam,
+                              stride_sak, stride_sbk, stride_sbn, rows_layout, BLOCK_M)
+        else:
+            s0 = s1
+        mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
+        t0 = warpgroup_mma(a_bufs.index(slot * SUBK), b_bufs.index(slot * 2).permute((1, 0)), t0,
+                           use_acc=False, is_async=True)
+        if not PREV_DRAINED:
+            t1 = warpgroup_mma_wait(1, deps=[t1])  # the previous op 1 is done, op 0 runs
+        # op 0 runs on the tensor cores while op 1 of the previous stage is promoted
+        if NSUB == 1:
+            acc0 = _promote(acc0, t1, s1, MODE)
+        else:
+            acc1 = _promote(acc1, t1, s1, MODE)
+        t1 = warpgroup_mma(a_bufs.index(slot * SUBK + SUBK - 1), b_bufs.index(slot * 2 + 1).permute((1, 0)),
+                           t1, use_acc=False, is_async=True)
+        # every warp group has retired the previous stage: refill its slot
+        _cta_barrier()
+        p = _produce(p, n_stages, start, step, num_tiles, num_pid_m, num_pid_n, a_desc, b_desc,
+                     a_bufs, b_bufs, ready, STAGES, SUBK, NSUB, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
+        if MODE == 2:  # op 1's scale, promoted by the next stage (or the tile's drain)
+            if SUBK == 2:
+                s1 = _chunk_scale(sa_ptr, sb_ptr, off_m, pid_n, st * SUBK + 1, n_chunks, M,
+                                  stride_sam, stride_sak, stride_sbk, stride_sbn, rows_layout, BLOCK_M)
+            else:
+                s1 = s0
+        t0 = warpgroup_mma_wait(1, deps=[t0])  # op 0 done, op 1 still running
+        acc0 = _promote(acc0, t0, s0, MODE)
+        if DRAIN:
+            t1 = warpgroup_mma_wait(0, deps=[t1])
+        return c + 1, p, acc0, acc1, t0, t1, s1
+
+    @gluon.jit
     def _fp8_gemm_promote_kernel(a_desc, b_desc, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N, K,
                                  stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn,
                                  MODE: gl.constexpr, HAS_BIAS: gl.constexpr, SUBK: gl.constexpr,
                                  NSUB: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                                  BLOCK_K: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                                 num_warps: gl.constexpr):
+                                 UNROLL: gl.constexpr, num_warps: gl.constexpr):
         """Persistent promoting FP8 GEMM (see the module docstring). MODE 0/1/2: tensorwise,
         rowwise, blockwise. (SUBK, NSUB) = (2, 1): ops are 128-K halves of a 256-K stage;
         (1, 2): ops are the two column halves of a 128-K stage."""
@@ -244,39 +291,36 @@ if gl is not None:
             acc0 = _promote(acc0, t0, s0, MODE)
             t1 = warpgroup_mma_wait(0, deps=[t1])
             c += 1
-            for st in range(1, n_stages):
-                # Loop invariant: every wgmma issued so far is retired (ptxas serializes wgmma
-                # pipelines that cross the back edge while registers of an in-flight one could be
-                # read, C7514); t1 holds the previous stage's op 1, not yet promoted.
-                slot = c % STAGES
-                if MODE == 2:  # this stage's op 0 scales (their load overlaps the barrier wait)
-                    s0 = _chunk_scale(sa_ptr, sb_ptr, off_m, pid_n, st * SUBK, n_chunks, M, stride_sam,
-                                      stride_sak, stride_sbk, stride_sbn, rows_layout, BLOCK_M)
-                mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
-                t0 = warpgroup_mma(a_bufs.index(slot * SUBK), b_bufs.index(slot * 2).permute((1, 0)), t0,
-                                   use_acc=False, is_async=True)
-                # op 0 runs on the tensor cores while op 1 of the previous stage is promoted
-                if NSUB == 1:
-                    acc0 = _promote(acc0, t1, s1, MODE)
-                else:
-                    acc1 = _promote(acc1, t1, s1, MODE)
-                t1 = warpgroup_mma(a_bufs.index(slot * SUBK + SUBK - 1),
-                                   b_bufs.index(slot * 2 + 1).permute((1, 0)), t1,
-                                   use_acc=False, is_async=True)
-                # both warp groups retired the previous stage (wait(0) last iteration): refill it
-                _cta_barrier()
-                p = _produce(p, n_stages, start, step, num_tiles, num_pid_m, num_pid_n, a_desc, b_desc,
-                             a_bufs, b_bufs, ready, STAGES, SUBK, NSUB, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
-                if MODE == 2:  # op 1's scales, promoted next iteration (or in the drain)
-                    if SUBK == 2:
-                        s1 = _chunk_scale(sa_ptr, sb_ptr, off_m, pid_n, st * SUBK + 1, n_chunks, M,
-                                          stride_sam, stride_sak, stride_sbk, stride_sbn, rows_layout, BLOCK_M)
-                    else:
-                        s1 = s0
-                t0 = warpgroup_mma_wait(1, deps=[t0])  # op 0 done, op 1 still running
-                acc0 = _promote(acc0, t0, s0, MODE)
-                t1 = warpgroup_mma_wait(0, deps=[t1])
-                c += 1
+            # Loop invariant: every wgmma issued so far is retired at the back edge (ptxas
+            # serializes wgmma pipelines that cross it while other accumulator registers are
+            # read, C7514); t1 holds the previous stage's op 1, not yet promoted. UNROLL = 2: the
+            # first stage of a pair hands its op 1 to the second still in flight (one drain per
+            # two stages).
+            if UNROLL == 1:
+                for st in range(1, n_stages):
+                    c, p, acc0, acc1, t0, t1, s1 = _stage(
+                        st, c, p, acc0, acc1, t0, t1, s1, n_stages, start, step, num_tiles, num_pid_m,
+                        num_pid_n, a_desc, b_desc, a_bufs, b_bufs, ready, sa_ptr, sb_ptr, off_m, pid_n,
+                        n_chunks, M, stride_sam, stride_sak, stride_sbk, stride_sbn, rows_layout, MODE, SUBK,
+                        NSUB, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M, True, True)
+            else:
+                for st in range(1, n_stages - 1, 2):
+                    c, p, acc0, acc1, t0, t1, s1 = _stage(
+                        st, c, p, acc0, acc1, t0, t1, s1, n_stages, start, step, num_tiles, num_pid_m,
+                        num_pid_n, a_desc, b_desc, a_bufs, b_bufs, ready, sa_ptr, sb_ptr, off_m, pid_n,
+                        n_chunks, M, stride_sam, stride_sak, stride_sbk, stride_sbn, rows_layout, MODE, SUBK,
+                        NSUB, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M, True, False)
+                    c, p, acc0, acc1, t0, t1, s1 = _stage(
+                        st + 1, c, p, acc0, acc1, t0, t1, s1, n_stages, start, step, num_tiles, num_pid_m,
+                        num_pid_n, a_desc, b_desc, a_bufs, b_bufs, ready, sa_ptr, sb_ptr, off_m, pid_n,
+                        n_chunks, M, stride_sam, stride_sak, stride_sbk, stride_sbn, rows_layout, MODE, SUBK,
+                        NSUB, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M, False, True)
+                if (n_stages - 1) % 2 == 1:  # odd count of stages after the first: one more
+                    c, p, acc0, acc1, t0, t1, s1 = _stage(
+                        n_stages - 1, c, p, acc0, acc1, t0, t1, s1, n_stages, start, step, num_tiles,
+                        num_pid_m, num_pid_n, a_desc, b_desc, a_bufs, b_bufs, ready, sa_ptr, sb_ptr, off_m,
+                        pid_n, n_chunks, M, stride_sam, stride_sak, stride_sbk, stride_sbn, rows_layout, MODE,
+                        SUBK, NSUB, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, GROUP_M, True, True)
             # drain: the last op 1, then refill the last stage's slot (next tile's loads)
             if NSUB == 1:
                 acc0 = _promote(acc0, t1, s1, MODE)
@@ -297,13 +341,17 @@ else:  # pragma: no cover
 
 
 # ---- configurations ------------------------------------------------------------------------------
-# name -> (SUBK, NSUB, BLOCK_N, STAGES, GROUP_M); BLOCK_M = 128, BLOCK_K = 128, 8 warps.
-CONFIGS = {
-    "k2_n128_s3": (2, 1, 128, 3, 8),
-    "k2_n128_s3_g16": (2, 1, 128, 3, 16),
-    "n2_n128_s6": (1, 2, 128, 6, 8),
+# BLOCK_M = 128, BLOCK_K = 128, 8 warps.
+CONFIGS = {  # name -> (SUBK, NSUB, BLOCK_N, STAGES, GROUP_M, UNROLL)
+    "k2_n128_s3": (2, 1, 128, 3, 8, 1),
+    "k2_n128_s3_u2": (2, 1, 128, 3, 8, 2),
+    "k2_n128_s3_g16": (2, 1, 128, 3, 16, 1),
+    "n2_n128_s6": (1, 2, 128, 6, 8, 1),
+    "n2_n128_s6_u2": (1, 2, 128, 6, 8, 2),
 }
-DEFAULT_CONFIG = {"tensorwise": "k2_n128_s3", "rowwise": "k2_n128_s3", "blockwise": "k2_n128_s3"}
+# u2 for blockwise k2 spills (72 B on triton 3.9), hence k2 without unrolling there. To be settled
+# by benchmarks/gemm_gluon.py on the H200.
+DEFAULT_CONFIG = {"tensorwise": "k2_n128_s3_u2", "rowwise": "k2_n128_s3_u2", "blockwise": "k2_n128_s3"}
 _MODES = {"tensorwise": 0, "rowwise": 1, "blockwise": 2}
 _BM = _BK = 128
 _WARPS = 8
@@ -392,7 +440,7 @@ def gluon_scaled_mm(qa, sa, qb, sb, mode: str, out_dtype=torch.bfloat16, bias=No
         return None
     M, K = qa.shape
     N = qb.shape[1]
-    subk, nsub, bn, stages, group_m = CONFIGS[config or DEFAULT_CONFIG[mode]]
+    subk, nsub, bn, stages, group_m, unroll = CONFIGS[config or DEFAULT_CONFIG[mode]]
     if out is None:
         out = torch.empty((M, N), dtype=out_dtype, device=qa.device)
     elif out.shape != (M, N) or out.dtype != out_dtype or out.device != qa.device:
@@ -405,12 +453,12 @@ def gluon_scaled_mm(qa, sa, qb, sb, mode: str, out_dtype=torch.bfloat16, bias=No
     sb = sb.reshape(1, 1) if sb.dim() < 2 else sb
     tiles = triton.cdiv(M, _BM) * triton.cdiv(N, bn)
     grid = (min(_num_sms(qa.device), tiles),)
-    bias_t = bias if bias is not None else out
+    bias_t = bias.contiguous() if bias is not None else out
     _fp8_gemm_promote_kernel[grid](
         a_desc, b_desc, out, bias_t, sa, sb, M, N, K, out.stride(0), out.stride(1),
         sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1),
         MODE=_MODES[mode], HAS_BIAS=bias is not None, SUBK=subk, NSUB=nsub, BLOCK_M=_BM, BLOCK_N=bn,
-        BLOCK_K=_BK, STAGES=stages, GROUP_M=group_m, num_warps=_WARPS)
+        BLOCK_K=_BK, STAGES=stages, GROUP_M=group_m, UNROLL=unroll, num_warps=_WARPS)
     return out
 
 
@@ -460,7 +508,7 @@ def compile_for_sm90(mode: str = "tensorwise", config: str = "k2_n128_s3", out_d
     """``triton.compile`` of the kernel for sm_90a on the CPU; returns the CompiledKernel
     (``.asm["ptx"]``, ``.asm["cubin"]``, ``.n_regs``, ``.n_spills``, ``.metadata.shared``)."""
     from triton.backends.compiler import GPUTarget
-    subk, nsub, bn, stages, group_m = CONFIGS[config]
+    subk, nsub, bn, stages, group_m, unroll = CONFIGS[config]
     bn_sub = bn // nsub
     la, lb = _smem_layout(_BM, _BK), _smem_layout(bn_sub, _BK)
     sig = {"a_desc": f"tensordesc<fp8e4nv[{_BM},{_BK}],{la!r}>",
@@ -469,7 +517,7 @@ def compile_for_sm90(mode: str = "tensorwise", config: str = "k2_n128_s3", out_d
            "M": "i32", "N": "i32", "K": "i32", "stride_cm": "i32", "stride_cn": "i32",
            "stride_sam": "i32", "stride_sak": "i32", "stride_sbk": "i32", "stride_sbn": "i32"}
     consts = dict(MODE=_MODES[mode], HAS_BIAS=has_bias, SUBK=subk, NSUB=nsub, BLOCK_M=_BM, BLOCK_N=bn,
-                  BLOCK_K=_BK, STAGES=stages, GROUP_M=group_m, num_warps=_WARPS)
+                  BLOCK_K=_BK, STAGES=stages, GROUP_M=group_m, UNROLL=unroll, num_warps=_WARPS)
     for k, v in consts.items():
         sig[k] = "constexpr"
     attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(sig)

@@ -23,8 +23,10 @@ def _tools():
     return get_ptxas(90).path, os.path.join(os.path.dirname(nv.__file__), "bin", "cuobjdump")
 
 
-@pytest.fixture(scope="module", params=[("tensorwise", "k2_n128_s3"), ("rowwise", "k2_n128_s3"),
-                                        ("blockwise", "k2_n128_s3"), ("blockwise", "n2_n128_s6")],
+@pytest.fixture(scope="module", params=[("tensorwise", gg.DEFAULT_CONFIG["tensorwise"]),
+                                        ("rowwise", gg.DEFAULT_CONFIG["rowwise"]),
+                                        ("blockwise", gg.DEFAULT_CONFIG["blockwise"]),
+                                        ("blockwise", "n2_n128_s6_u2")],
                 ids=lambda p: "-".join(p))
 def compiled(request, tmp_path_factory):
     """(PTX, ptxas -v stderr, SASS, shared bytes) of one configuration (a few seconds each)."""
@@ -107,7 +109,7 @@ def test_front_end_declines_on_cpu_and_maps_recipes():
 
 
 def test_configs_are_consistent():
-    for name, (subk, nsub, bn, stages, group_m) in gg.CONFIGS.items():
+    for name, (subk, nsub, bn, stages, group_m, unroll) in gg.CONFIGS.items():
         assert subk * nsub == 2 and bn % nsub == 0 and stages >= 2, name
         smem = stages * (subk * 128 * 128 + 2 * (bn // nsub) * 128)
         assert smem <= SMEM_LIMIT - 1024, name
