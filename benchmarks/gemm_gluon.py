@@ -368,7 +368,7 @@ def main():
     # ratios vs the cuBLAS precise anchor of each (shape, mode)
     anchors = {}
     for r in timing:
-        if r.get("ms") and (r.get("variant", "").startswith("cuBLAS precise") or r.get("variant", "").startswith("cuBLAS blockwise")):
+        if r.get("ms") and r.get("variant", "").startswith(("cuBLAS precise", "cuBLAS blockwise")):
             anchors[(r["shape"], r["mode"])] = r["ms"]
         if r.get("ms") and r.get("variant") == "cuBLAS fast-accum":
             anchors[(r["shape"], "fast")] = r["ms"]

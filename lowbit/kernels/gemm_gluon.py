@@ -1,7 +1,7 @@
 """Promoting FP8 scaled GEMM for Hopper (sm_90a) in Gluon: ``C = (qA sA) @ (qB sB) (+ bias)``.
 
-Math. ``qA`` (M, K) and ``qB`` (K, N) hold FP8 codes (``qB`` is the K-major (N, K) weight seen
-transposed), scales are dequantization factors (DESIGN.md). K is cut into 128-wide chunks
+Math. ``qA`` (M, K) and ``qB`` (K, N) hold FP8 codes, E4M3 or E5M2 in any mix (``qB`` is the
+K-major (N, K) weight seen transposed), scales are dequantization factors (DESIGN.md). K is cut into 128-wide chunks
 ``c``; each chunk's product ``P_c = qA[:, c] @ qB[c, :]`` runs on the tensor cores starting from
 zero (``use_acc=False``) and is then *promoted*: added to an fp32 register accumulator on the CUDA
 cores:
@@ -244,7 +244,7 @@ if gl is not None:
         dtype: gl.constexpr = a_desc.dtype
 
         a_bufs = gl.allocate_shared_memory(dtype, [STAGES * SUBK, BLOCK_M, BLOCK_K], a_desc.layout)
-        b_bufs = gl.allocate_shared_memory(dtype, [STAGES * 2, BN_SUB, BLOCK_K], b_desc.layout)
+        b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES * 2, BN_SUB, BLOCK_K], b_desc.layout)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
@@ -364,7 +364,7 @@ def gluon_available() -> Optional[str]:
 
 @functools.lru_cache(maxsize=None)
 def _smem_layout(rows: int, cols: int):
-    return gl.NVMMASharedLayout.get_default_for([rows, cols], gl.float8e4nv)
+    return gl.NVMMASharedLayout.get_default_for([rows, cols], gl.float8e4nv)  # any 8-bit type: same layout
 
 
 def _fp8(t) -> bool:
@@ -386,8 +386,8 @@ def gluon_support(qa, sa, qb, sb, mode, out_dtype=torch.bfloat16, bias=None, con
         return f"gluon unavailable ({_IMPORT_ERROR})"
     if mode not in _MODES:
         return f"mode must be one of {sorted(_MODES)}"
-    if not (_fp8(qa) and _fp8(qb)) or qa.dim() != 2 or qb.dim() != 2 or qa.dtype != qb.dtype:
-        return "operands must be 2-D FP8 tensors of one dtype"
+    if not (_fp8(qa) and _fp8(qb)) or qa.dim() != 2 or qb.dim() != 2:
+        return "operands must be 2-D FP8 tensors (E4M3 / E5M2, mixed allowed)"
     if qa.device.type != "cuda" or qb.device != qa.device:
         return "CUDA tensors only"
     if torch.cuda.get_device_capability(qa.device) != (9, 0):
@@ -503,16 +503,16 @@ def gluon_fp8_scaled_mm(a, b, out_dtype=torch.float32, bias=None, *, fast_accum:
 
 
 # ---- compile without a GPU (tests, PTX/SASS inspection) --------------------------------------------
-def compile_for_sm90(mode: str = "tensorwise", config: str = "k2_n128_s3", out_dtype: str = "bf16",
-                     has_bias: bool = True, ptxas: bool = True):
+def compile_for_sm90(mode: str = "tensorwise", config: str = "k2_n128_s3_u2", out_dtype: str = "bf16",
+                     has_bias: bool = True, a_type: str = "fp8e4nv", b_type: str = "fp8e4nv"):
     """``triton.compile`` of the kernel for sm_90a on the CPU; returns the CompiledKernel
     (``.asm["ptx"]``, ``.asm["cubin"]``, ``.n_regs``, ``.n_spills``, ``.metadata.shared``)."""
     from triton.backends.compiler import GPUTarget
     subk, nsub, bn, stages, group_m, unroll = CONFIGS[config]
     bn_sub = bn // nsub
     la, lb = _smem_layout(_BM, _BK), _smem_layout(bn_sub, _BK)
-    sig = {"a_desc": f"tensordesc<fp8e4nv[{_BM},{_BK}],{la!r}>",
-           "b_desc": f"tensordesc<fp8e4nv[{bn_sub},{_BK}],{lb!r}>",
+    sig = {"a_desc": f"tensordesc<{a_type}[{_BM},{_BK}],{la!r}>",
+           "b_desc": f"tensordesc<{b_type}[{bn_sub},{_BK}],{lb!r}>",
            "c_ptr": f"*{out_dtype}", "bias_ptr": f"*{out_dtype}", "sa_ptr": "*fp32", "sb_ptr": "*fp32",
            "M": "i32", "N": "i32", "K": "i32", "stride_cm": "i32", "stride_cn": "i32",
            "stride_sam": "i32", "stride_sak": "i32", "stride_sbk": "i32", "stride_sbn": "i32"}
@@ -527,4 +527,5 @@ def compile_for_sm90(mode: str = "tensorwise", config: str = "k2_n128_s3", out_d
     except ImportError:  # pragma: no cover - triton 3.6
         from triton.experimental.gluon._runtime import GluonASTSource
     src = GluonASTSource(_fp8_gemm_promote_kernel, sig, consts, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": _WARPS, "enable_fp_fusion": True})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": _WARPS, "enable_fp_fusion": True})

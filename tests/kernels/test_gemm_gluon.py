@@ -115,3 +115,9 @@ def test_configs_are_consistent():
         assert smem <= SMEM_LIMIT - 1024, name
     for mode, name in gg.DEFAULT_CONFIG.items():
         assert name in gg.CONFIGS
+
+
+def test_mixed_e5m2_e4m3_compiles():
+    """Gradients (E5M2) x weights (E4M3), the dgrad shape of the HYBRID recipe."""
+    k = gg.compile_for_sm90("tensorwise", gg.DEFAULT_CONFIG["tensorwise"], a_type="fp8e5", b_type="fp8e4nv")
+    assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e4m3" in k.asm["ptx"]
