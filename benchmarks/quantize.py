@@ -20,7 +20,8 @@ measured in this run (``dst.copy_(src)``, bytes read + written):
 below together), ``cvt nan`` (``_cvt_handles_nan``: ``cvt.rn.satfinite`` alone does saturation and
 NaN), ``prefetch`` (``_prefetch``: the grid-stride loops load the next tile before computing this
 one), ``prefetch, tile 8192``, ``cvt nan, prefetch``, ``block chunks N`` (``_block_chunks``: block
-casts work through N chunks a program), ``block chunks 4, blocks fast div``, ``cvt saturates``,
+casts work through N chunks a program), ``block chunks 4, prefetch`` (``_block_prefetch``: the
+next chunk loaded ahead), ``block chunks 4, blocks fast div``, ``cvt saturates``,
 ``blocks fast div``, ``div.rn`` (per-element ``div.rn.f32`` instead of the fast exact division),
 ``tile N`` (2048 / 8192 / 16384-element tiles; default 4096) and ``programs xF`` (1/8, 1/2, 2x the
 grid-stride programs). Each is first checked bit-exact against the reference on this GPU, on the
@@ -208,7 +209,8 @@ def sweep_rows():
         ("cvt nan, prefetch", dict(_cvt_handles_nan=const(True), _prefetch=const(True)), tensorwise),
     ]
     rows += [(f"block chunks {n}", dict(_block_chunks=const(n)), chunked) for n in (2, 4, 8)]
-    rows += [("block chunks 4, blocks fast div", dict(_block_chunks=const(4), _blocks_fast_div=const(True)),
+    rows += [("block chunks 4, prefetch", dict(_block_chunks=const(4), _block_prefetch=const(True)), chunked),
+             ("block chunks 4, blocks fast div", dict(_block_chunks=const(4), _blocks_fast_div=const(True)),
               pick("block 1x128")),
              ("cvt saturates", dict(_cvt_saturates=const(True)), fp8),
              ("blocks fast div", dict(_blocks_fast_div=const(True)),

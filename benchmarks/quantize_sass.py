@@ -114,7 +114,7 @@ def loops(insns):
     """[(start, end, n_instructions)] of every backward branch (a loop body), largest first."""
     found = []
     for addr, text in insns:
-        m = re.search(r"BRA\s+(?:`\(\.L_x_\d+\)|\S*?)\s*0x([0-9a-f]+)", text) or re.search(r"BRA .*?0x([0-9a-f]+)", text)
+        m = re.search(r"BRA .*?0x([0-9a-f]+)", text)
         if m:
             target = int(m.group(1), 16)
             if target <= addr:
@@ -153,16 +153,19 @@ def profile(name, kernel, grid, args, kw, elems_per_iter):
     ahead = bool(ldg) and all(loaded_ahead(body, i) for i, t in enumerate(body) if "LDG" in t)
     stg = [t for t in body if "STG" in t]
     return dict(kernel=name, grid=grid[0], warps=warps, regs=regs, stack=int(usage.get("STACK", 0)),
-                smem=int(usage.get("SHARED", 0)), resident=resident, loop=bool(lps), alu=sum(pipe(t) == 'alu' for t in body) / max(1, elems_per_iter / threads), body=len(body),
+                smem=int(usage.get("SHARED", 0)), resident=resident, loop=bool(lps),
+                alu=sum(pipe(t) == "alu" for t in body) / max(1, elems_per_iter / threads), body=len(body),
                 elems=elems_per_iter, per_elem=len(body) / max(1, elems_per_iter / threads),
                 ldg=len(ldg), ld_bytes_thread=ld_bytes, inflight_kb=ld_bytes * threads * resident / 1024,
-                ld_widths=sorted({width(t) for t in ldg}), ahead=ahead, st_widths=sorted({width(t) for t in stg}), n_stg=len(stg),
+                ld_widths=sorted({width(t) for t in ldg}), ahead=ahead, st_widths=sorted({width(t) for t in stg}),
+                n_stg=len(stg),
                 total=len(insns), ptx=c.asm["ptx"], sass=sass, constexprs=cx)
 
 
 _FMA = ("FFMA", "FMUL", "FADD", "IMAD", "HFMA2", "HMUL2", "HADD2")
-_OTHER = ("LDG", "STG", "LDS", "STS", "BRA", "BAR", "SHFL", "ATOM", "RED", "MUFU", "EXIT", "BSSY", "BSYNC", "CALL", "RET",
-          "S2R", "S2UR", "CS2R", "U", "MEMBAR", "ERRBAR", "CGAERRBAR", "WARPSYNC", "DEPBAR", "LDC", "ULDC", "MOV")
+_OTHER = ("LDG", "STG", "LDS", "STS", "BRA", "BAR", "SHFL", "ATOM", "RED", "MUFU", "EXIT", "BSSY", "BSYNC", "CALL",
+          "RET", "S2R", "S2UR", "CS2R", "U", "MEMBAR", "ERRBAR", "CGAERRBAR", "WARPSYNC", "DEPBAR", "LDC", "ULDC",
+          "MOV")
 
 
 def pipe(t):
@@ -241,8 +244,8 @@ def main():
     launches = patch_launcher(a.set)
     from benchmarks.quantize import variants
     shape = tuple(map(int, a.shape.split("x")))
-    cols = ("kernel", "grid", "warps", "regs", "resident", "inflight_kb", "ahead", "body", "per_elem", "alu", "ld_widths",
-            "st_widths", "smem", "stack")
+    cols = ("kernel", "grid", "warps", "regs", "resident", "inflight_kb", "ahead", "body", "per_elem", "alu",
+            "ld_widths", "st_widths", "smem", "stack")
     out = []
     if not a.json:
         print(f"{'variant':22s} " + " ".join(f"{c:>10s}" for c in cols))

@@ -25,9 +25,10 @@ is reduced; the fast exact division) are in ``_tile*`` / ``_opts`` / ``_max_prog
 ``_fast_div``; levers that are off until timed on the GPU: ``_cvt_saturates`` /
 ``_cvt_handles_nan`` (the float8 cast alone saturates / writes NaN), ``_prefetch`` (two tiles in
 flight in the grid-stride loops), ``_block_chunks`` (several chunks a block-cast program),
-``_blocks_fast_div``. ``benchmarks/quantize.py --sweep`` checks each alternative bit-exact on the
-GPU and times it; ``benchmarks/quantize_sass.py`` gives their registers, residency and SASS
-instructions an element without a GPU.
+``_block_prefetch`` (the next chunk loaded ahead), ``_blocks_fast_div``.
+``benchmarks/quantize.py --sweep`` checks each alternative bit-exact on the GPU and times it;
+``benchmarks/quantize_sass.py`` gives their registers, residency and SASS instructions an element
+without a GPU.
 """
 from __future__ import annotations
 
@@ -300,6 +301,12 @@ def _block_chunks() -> int:
     return 1
 
 
+def _block_prefetch() -> bool:
+    """The block casts' quantizing loop loads the next chunk before computing this one (useful with
+    ``_block_chunks`` > 1). benchmarks/quantize.py --sweep times it."""
+    return False
+
+
 def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
     """Blockwise / MX in one pass over x. A program's tile holds whole blocks of both copies and is
     worked through in chunks of ~``_tile_elems`` elements; only the tallest blocks (128x128, or the
@@ -322,7 +329,7 @@ def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
         _arg(x2), q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), n_sc, n_stc, WRITE_T=transposed,
         BR=block.rows, BC=block.cols, TBR=tblock.rows, TBC=tblock.cols, TILE_R=tr, TILE_C=tc, CHUNK_R=chunk, MX=mx,
         RCEIL=mx and recipe.scale_rule == "rceil", ELEM_EMAX=fmt.emax, LOG2_FMAX=math.frexp(fmt.max)[1] - 1,
-        **common, **_opts(chunk * tc))
+        PREFETCH=_block_prefetch(), **common, **_opts(chunk * tc))
     if mx:
         return scale.view(torch.float8_e8m0fnu), st.view(torch.float8_e8m0fnu)
     return scale, st

@@ -183,10 +183,12 @@ def test_blocks_fast_div_path_bit_exact(monkeypatch):
 
 def test_prefetch_and_block_chunks_bit_exact(monkeypatch):
     """The grid-stride loops loading the next tile ahead (``_prefetch``) and the block casts taking
-    several chunks a program (``_block_chunks``), on small tiles so that programs loop over many
-    tiles and chunks, partial ones included: the same bits (and delayed state)."""
+    several chunks a program (``_block_chunks``), the next one loaded ahead (``_block_prefetch``),
+    on small tiles so that programs loop over many tiles and chunks, partial ones included: the
+    same bits (and delayed state)."""
     monkeypatch.setattr(kq, "_prefetch", lambda: True)
     monkeypatch.setattr(kq, "_block_chunks", lambda: 4)
+    monkeypatch.setattr(kq, "_block_prefetch", lambda: True)
     monkeypatch.setattr(kq, "_tile_elems", lambda x: 512)
     x = specials((75, 300), seed=23)
     recipe = Delayed(history_len=2)
