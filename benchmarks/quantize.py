@@ -26,8 +26,9 @@ next chunk loaded ahead), ``block chunks 4, blocks fast div``, ``cvt saturates``
 ``tile N`` (2048 / 8192 / 16384-element tiles; default 4096) and ``programs xF`` (1/8, 1/2, 2x the
 grid-stride programs). Each is first checked bit-exact against the reference on this GPU, on the
 timed tensor and on the special-value one (NaN, -NaN, +-inf, -0, subnormals); a row that is not
-exact is not timed. ``--budget SECONDS`` (default 240) bounds the whole run: sweep rows that would
-start past it are skipped and listed (use ``--no-compile`` to leave the sweep more of it).
+exact is not timed. ``--budget SECONDS`` (default 240) bounds the whole run: a sweep row that would
+not finish inside it (at the seconds a variant has taken so far) is skipped and listed (use
+``--no-compile`` to leave the sweep more of it).
 Prints a table last and writes DIR/quantize.json.
 """
 from __future__ import annotations
@@ -309,11 +310,13 @@ def main():
     #    default rows above; the new levers first, so a tight --budget keeps them
     if args.sweep:
         x = torch.randn(shapes[0], device=dev, dtype=torch.bfloat16)
-        skipped = []
+        skipped, done, t_sweep = [], 0, time.time()
         for label, repl, vs in sweep_rows():
-            if time.time() - t_start > args.budget - 3 * len(vs):  # ~3 s a row: compile, check, time
-                skipped.append(label)
+            per_row = (time.time() - t_sweep) / done if done else 2.0  # s a variant: compile, check, time
+            if time.time() - t_start + per_row * len(vs) > args.budget:  # would not fit: skip (a later,
+                skipped.append(label)                                      # shorter row may still fit)
                 continue
+            done += len(vs)
             defaults = {attr: getattr(kq, attr) for attr in repl}
             for attr, fn in repl.items():
                 setattr(kq, attr, fn)
