@@ -30,7 +30,7 @@ __all__ = ["SCAN_SPECS"]
 def _block_parts(amax, MX: tl.constexpr, RCEIL: tl.constexpr, ELEM_EMAX: tl.constexpr,
                  LOG2_FMAX: tl.constexpr, FMAX: tl.constexpr, FAST_DIV: tl.constexpr):
     """Per-block (scale to store, three factors for ``_quantize_chunk``) from the block amax of
-    ``_load_chunk``'s ``a``. MX: the E8M0 code and 2^-k (x / 2^k == x * 2^-k exactly: one rounding
+    ``_widen_chunk``'s ``a``. MX: the E8M0 code and 2^-k (x / 2^k == x * 2^-k exactly: one rounding
     of the same real number; an amax of +inf marks a block holding NaN: code 0xFF, factor NaN).
     Blockwise: the fp32 scale and ``_div_parts`` of it."""
     if MX:
@@ -78,13 +78,17 @@ def _load_raw(x_ptr, rows, cols, R, C, sxr, sxc):
 
 
 @triton.jit
-def _load_chunk(x_ptr, rows, cols, R, C, sxr, sxc, IN_BF16: tl.constexpr, NAN_INF: tl.constexpr, raw=None):
-    """(x, a, mask) of the chunk at rows x cols: a = finite |x| (NaN and inf count 0), except that
-    NaN counts +inf with ``NAN_INF`` (so one max gives both the finite amax and the NaN flag).
-    ``raw``: the chunk already loaded by ``_load_raw`` (a prefetch)."""
+def _load_chunk(x_ptr, rows, cols, R, C, sxr, sxc, IN_BF16: tl.constexpr, NAN_INF: tl.constexpr):
+    """(x, a, mask) of the chunk at rows x cols (``_widen_chunk`` of ``_load_raw``)."""
+    return _widen_chunk(_load_raw(x_ptr, rows, cols, R, C, sxr, sxc), rows, cols, R, C, IN_BF16, NAN_INF)
+
+
+@triton.jit
+def _widen_chunk(raw, rows, cols, R, C, IN_BF16: tl.constexpr, NAN_INF: tl.constexpr):
+    """(x, a, mask) of a chunk loaded by ``_load_raw``: x in fp32 (bf16 bits << 16, exact), a =
+    finite |x| (NaN and inf count 0), except that NaN counts +inf with ``NAN_INF`` (so one max
+    gives both the finite amax and the NaN flag)."""
     mask = (rows[:, None] < R) & (cols[None, :] < C)
-    if raw is None:
-        raw = _load_raw(x_ptr, rows, cols, R, C, sxr, sxc)
     if IN_BF16:
         x = (raw.to(tl.int32) << 16).to(tl.float32, bitcast=True)
     else:
@@ -142,7 +146,7 @@ def _cast_blocks_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, R, C, sxr, sxc, sqr
         if PREFETCH:
             raw = raw_next
             raw_next = _load_raw(x_ptr, rows + CHUNK_R, cols, r_end, C, sxr, sxc)
-            x, a, mask = _load_chunk(x_ptr, rows, cols, R, C, sxr, sxc, IN_BF16, MX, raw)
+            x, a, mask = _widen_chunk(raw, rows, cols, R, C, IN_BF16, MX)
         else:
             x, a, mask = _load_chunk(x_ptr, rows, cols, R, C, sxr, sxc, IN_BF16, MX)
         r64 = rows[:, None].to(tl.int64)
