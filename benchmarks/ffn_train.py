@@ -7,6 +7,8 @@ variant's output and input gradient are compared with the bf16 step (relative Fr
     python benchmarks/ffn_train.py --out DIR [--quick] [--formats fp8,fp8+precise,fp8-block] [--modes eager]
 
 ``fmt+precise``: the recipe with ``fast_accum_fwd=False`` (FP32 promotion in the forward GEMM too).
+``fmt@triton``: the FP8 GEMMs on the plain-Triton kernels only (backend ``triton-triton``, built
+with ``make_backend(gemm_variant="triton")``), not the promoting Gluon kernel: the A/B of it.
 """
 from __future__ import annotations
 
@@ -46,12 +48,19 @@ def make_variant(base: nn.Module, name: str) -> nn.Module:
         return convert_to_float8_training(m, config=cfg)
     import dataclasses
     import lowbit
-    fmt, _, mode = name.split("lowbit-", 1)[1].partition("+")
+    spec, _, gemm_variant = name.split("lowbit-", 1)[1].partition("@")
+    fmt, _, mode = spec.partition("+")
+    backend = "auto"
+    if gemm_variant:
+        from lowbit.kernels import BACKENDS
+        from lowbit.kernels.triton_backend import make_backend
+        backend = f"triton-{gemm_variant}"
+        BACKENDS.register(make_backend(backend, priority=0, gemm_variant=gemm_variant))
     recipe = None
     if mode == "precise":  # promote in the forward GEMM too (default: fast forward accumulation)
         from lowbit.convert import recipe_for
         recipe = dataclasses.replace(recipe_for(fmt), fast_accum_fwd=False)
-    return lowbit.convert(m, fmt, recipe=recipe, filter=lambda n, mod: True)
+    return lowbit.convert(m, fmt, recipe=recipe, filter=lambda n, mod: True, backend=backend)
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -60,7 +69,8 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def main():
     def extra(p):
-        p.add_argument("--formats", default="fp8,fp8+precise,fp8-current,fp8-block,fp8-rowwise")
+        p.add_argument("--formats", default="fp8,fp8@triton,fp8+precise,fp8-current,fp8-block,fp8-block@triton,"
+                                            "fp8-rowwise")
         p.add_argument("--modes", default="eager,compiled")
     args = parse_args(__doc__, extra)
     torch.manual_seed(0)

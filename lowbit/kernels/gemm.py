@@ -410,11 +410,20 @@ def fp8_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[t
     """``a @ b (+ bias)`` for FP8Tensors a ``(M, K)``, b ``(K, N)`` on the Triton kernels.
 
     ``fast_accum``: no promotion for tensorwise/rowwise scales (K-scaled GEMMs always promote per
-    chunk). ``variant``: "auto" (``_auto_variant``), "tma" or "pointer".
+    chunk). ``variant``: "auto" (the promoting Gluon kernel of ``gemm_gluon`` where it takes the
+    call: sm_90, not fast_accum, tensorwise / rowwise / 1x128 x 128x128 blockwise scales; else
+    "triton"), "triton" (``_auto_variant`` of the two Triton kernels), "tma" or "pointer".
     """
     plan = gemm_plan(a, b)
     if isinstance(plan, str):
         raise ValueError(f"fp8_scaled_mm: {plan}")
+    if variant == "auto":
+        if not fast_accum and a.device.type == "cuda" and not interpreting():
+            from .gemm_gluon import gluon_fp8_scaled_mm
+            out = gluon_fp8_scaled_mm(a, b, out_dtype, bias)
+            if out is not None:
+                return out
+        variant = "triton"
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), dtype=_store_dtype(out_dtype), device=a.device)
@@ -425,10 +434,10 @@ def fp8_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[t
     sb, sbk, sbn = _scale_args(b)
     bias_t = bias.contiguous() if bias is not None else c
     consts = dict(plan, PROMOTE=not fast_accum, HAS_BIAS=bias is not None)
-    if variant == "auto":
+    if variant == "triton":
         variant = _auto_variant(a.device, qa, qb)
     if variant not in ("tma", "pointer"):
-        raise ValueError(f"variant must be 'auto', 'tma' or 'pointer', got {variant!r}")
+        raise ValueError(f"variant must be 'auto', 'triton', 'tma' or 'pointer', got {variant!r}")
     if variant != "pointer" and not tma_ok(qa, qb):
         raise ValueError(f"variant={variant!r} needs K-major, 16-byte aligned operands")
     interp = interpreting()

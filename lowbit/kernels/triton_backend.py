@@ -1,6 +1,7 @@
 """The ``"triton"`` backend: lowbit's Triton kernels behind the ``Backend`` interface.
 
-* ``scaled_mm``: FP8 x FP8 (tensorwise, rowwise, blockwise, MX-FP8; ``gemm.py``), NVFP4 x NVFP4
+* ``scaled_mm``: FP8 x FP8 (tensorwise, rowwise, blockwise, MX-FP8; ``gemm.py``, promoting GEMMs
+  on sm_90 through the Gluon kernel of ``gemm_gluon.py``), NVFP4 x NVFP4
   and MXFP4 x MXFP4 (``fp4_gemm.py``), bf16/fp16 activations x FP4 weight (weight-only).
 * fused casts: ``quantize_fp8`` / ``quantize_fp8_t`` / ``quantize_fp4`` from
   ``lowbit.kernels.quantize`` when that module is present (each may decline with None).
@@ -70,10 +71,12 @@ def triton_supports(a, b, out_dtype=torch.float32, bias=None) -> Optional[str]:
     return f"mixed operands {type(a).__name__} x {type(b).__name__}"
 
 
-def triton_scaled_mm(a, b, out_dtype=torch.float32, bias=None, *, fast_accum: bool = False):
-    """``a @ b (+ bias)`` on the Triton kernels (call ``triton_supports`` first)."""
+def triton_scaled_mm(a, b, out_dtype=torch.float32, bias=None, *, fast_accum: bool = False,
+                     gemm_variant: str = "auto"):
+    """``a @ b (+ bias)`` on the Triton kernels (call ``triton_supports`` first); ``gemm_variant``
+    is ``fp8_scaled_mm``'s ``variant`` ("auto": the Gluon kernel where it applies)."""
     if isinstance(a, FP8Tensor):
-        return fp8_scaled_mm(a, b, out_dtype, bias, fast_accum=fast_accum)
+        return fp8_scaled_mm(a, b, out_dtype, bias, fast_accum=fast_accum, variant=gemm_variant)
     if isinstance(a, FP4Tensor):
         return fp4_scaled_mm(a, b, out_dtype, bias)
     return fp4_weight_only_mm(a, b, out_dtype, bias)
@@ -88,9 +91,12 @@ def _fused_cast(name: str):
     return cast
 
 
-def make_backend(name: str = "triton", priority: int = 10, fast_accum: bool = False) -> Backend:
-    """A Backend running the Triton kernels (``fast_accum``: see the module docstring)."""
-    return Backend(name=name, scaled_mm=functools.partial(triton_scaled_mm, fast_accum=fast_accum),
+def make_backend(name: str = "triton", priority: int = 10, fast_accum: bool = False,
+                 gemm_variant: str = "auto") -> Backend:
+    """A Backend running the Triton kernels (``fast_accum``: see the module docstring;
+    ``gemm_variant="triton"`` keeps FP8 GEMMs off the Gluon kernel, for A/B runs)."""
+    return Backend(name=name, scaled_mm=functools.partial(triton_scaled_mm, fast_accum=fast_accum,
+                                                          gemm_variant=gemm_variant),
                    supports=triton_supports, priority=priority, devices=("cuda",), fast_accum=True,
                    quantize_fp8=_fused_cast("quantize_fp8_triton"),
                    quantize_fp8_t=_fused_cast("quantize_fp8_t_triton"),
