@@ -22,13 +22,7 @@ elementwise ops do); scales, FP4 data and the data of N-D inputs are contiguous.
 
 Launch choices (tiles of ~4096 elements, ~8 per thread; grid-stride programs where an atomic amax
 is reduced; the fast exact division) are in ``_tile*`` / ``_opts`` / ``_max_programs`` /
-``_fast_div``; levers that are off until timed on the GPU: ``_cvt_saturates`` /
-``_cvt_handles_nan`` (the float8 cast alone saturates / writes NaN), ``_prefetch`` (two tiles in
-flight in the grid-stride loops), ``_block_chunks`` (several chunks a block-cast program),
-``_block_prefetch`` (the next chunk loaded ahead), ``_blocks_fast_div``.
-``benchmarks/quantize.py --sweep`` checks each alternative bit-exact on the GPU and times it;
-``benchmarks/quantize_sass.py`` gives their registers, residency and SASS instructions an element
-without a GPU.
+``_fast_div``; ``benchmarks/quantize.py --sweep`` times the alternatives.
 """
 from __future__ import annotations
 
@@ -92,27 +86,12 @@ def _cvt_saturates() -> bool:
     return False
 
 
-def _cvt_handles_nan() -> bool:
-    """Also leave NaN to ``cvt.rn.satfinite`` (its canonical 0x7F; no NaN fix-up, which costs about
-    four integer operations an element): right where the device's arithmetic makes every NaN
-    positive. benchmarks/quantize.py --sweep checks it on -NaN inputs and times it; off until seen."""
-    return False
-
-
 def _hw_cvt(x) -> int:
     """``_encode_fp8``'s HW_CVT: the sm_89+ ``cvt.rn.satfinite`` float8 cast (exact RNE) on the GPU,
-    after a clamp (1) or alone (2, ``_cvt_saturates``; 3, ``_cvt_handles_nan``: no NaN fix-up
-    either); the arithmetic elsewhere (0)."""
+    after a clamp (1) or alone (2, ``_cvt_saturates``); the arithmetic elsewhere (0)."""
     if x.device.type == "cuda" and not _interpreted() and _gpu(x.device.index or 0)[0] >= (8, 9):
-        return 3 if _cvt_handles_nan() else 2 if _cvt_saturates() else 1
+        return 2 if _cvt_saturates() else 1
     return 0
-
-
-def _prefetch() -> bool:
-    """Grid-stride kernels (tensor amax, tensorwise casts) load tile t + programs before computing
-    tile t (two tiles in flight per thread; ``quantize_fp8_tensor_row_kernels._tile_x``).
-    benchmarks/quantize.py --sweep times it against the plain loop."""
-    return False
 
 
 def _max_programs(x, elems: int) -> int:
@@ -225,10 +204,10 @@ def _fp8_tensorwise(x2, q2, qt, kind, state, transposed, common):
     else:
         scale = torch.empty((), dtype=torch.float32, device=x2.device)
         _k8t._amax_kernel[grid](_arg(x2), amax, R, C, *x2.stride(), n_c, n_tiles, IN_BF16=common["IN_BF16"],
-                               FLAT=flat, BLOCK_R=br, BLOCK_C=bc, PREFETCH=_prefetch(), **_opts(br * bc))
+                               FLAT=flat, BLOCK_R=br, BLOCK_C=bc, **_opts(br * bc))
     _k8t._cast_tensor_kernel[grid](_arg(x2), q2, qt, scale, amax, R, C, *x2.stride(), *q2.stride(), n_c, n_tiles,
                                   DELAYED=kind == "delayed", WRITE_T=transposed, FLAT=flat, BLOCK_R=br, BLOCK_C=bc,
-                                  PREFETCH=_prefetch(), **common, **_opts(br * bc))
+                                  **common, **_opts(br * bc))
     if kind == "delayed":
         scale = _delayed_update(state, amax)
     return scale, scale
@@ -292,21 +271,6 @@ def _blocks_fast_div() -> bool:
     return False
 
 
-def _block_chunks() -> int:
-    """Chunks a block-cast program works through when no block is taller than a chunk (1x128, MX
-    1x32, 1x128 with no transposed copy): more than one spreads the program's fixed cost (tile
-    index division, scale-store set-up: ~150 instructions a thread on sm_90, as much as the chunk's
-    own arithmetic at 8 elements a thread) over several chunks. benchmarks/quantize.py --sweep
-    times 2, 4 and 8 against 1."""
-    return 1
-
-
-def _block_prefetch() -> bool:
-    """The block casts' quantizing loop loads the next chunk before computing this one (useful with
-    ``_block_chunks`` > 1). benchmarks/quantize.py --sweep times it."""
-    return False
-
-
 def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
     """Blockwise / MX in one pass over x. A program's tile holds whole blocks of both copies and is
     worked through in chunks of ~``_tile_elems`` elements; only the tallest blocks (128x128, or the
@@ -319,8 +283,6 @@ def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
     chunk = max([min(_tile_elems(x2) // tc, triton.next_power_of_2(R))]
                 + [h for h in heights if h < max(heights)])  # all but the tallest blocks fit a chunk
     tr = max(max(heights), chunk)
-    if tr == chunk:  # no tall blocks: a program may take several chunks
-        tr = chunk * max(1, min(_block_chunks(), triton.cdiv(R, chunk)))
     sdt = torch.uint8 if mx else torch.float32  # MX: E8M0 codes
     n_sc, n_stc = triton.cdiv(C, block.cols), triton.cdiv(R, tblock.rows)
     scale = torch.empty((triton.cdiv(R, block.rows), n_sc), dtype=sdt, device=x2.device)
@@ -329,7 +291,7 @@ def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
         _arg(x2), q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), n_sc, n_stc, WRITE_T=transposed,
         BR=block.rows, BC=block.cols, TBR=tblock.rows, TBC=tblock.cols, TILE_R=tr, TILE_C=tc, CHUNK_R=chunk, MX=mx,
         RCEIL=mx and recipe.scale_rule == "rceil", ELEM_EMAX=fmt.emax, LOG2_FMAX=math.frexp(fmt.max)[1] - 1,
-        PREFETCH=_block_prefetch(), **common, **_opts(chunk * tc))
+        **common, **_opts(chunk * tc))
     if mx:
         return scale.view(torch.float8_e8m0fnu), st.view(torch.float8_e8m0fnu)
     return scale, st
@@ -420,7 +382,7 @@ def quantize_fp4_triton(x: torch.Tensor, recipe, role: str = "input", generator:
         br, bc, n_tiles = _flat_tiles(x2)
         _k8t._amax_kernel[(min(n_tiles, _max_programs(x2, br * bc)),)](
             _arg(x2), amax, R, C, *x2.stride(), 1, n_tiles, IN_BF16=x.dtype == torch.bfloat16, FLAT=True,
-            BLOCK_R=br, BLOCK_C=bc, PREFETCH=_prefetch(), **_opts(br * bc))
+            BLOCK_R=br, BLOCK_C=bc, **_opts(br * bc))
     elif nv:
         n_c = triton.cdiv(C, tc)
         n_tiles = triton.cdiv(R, tr) * n_c

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from .quantize_jit_helpers import _amax_to_scale, _block_expand, _block_max, _div_parts, _div_rn, _encode_fp8, \
-    _finite_abs, _mx_exponent, _pow2, scan_spec
+    _finite_abs, _load_f32, _mx_exponent, _pow2, scan_spec
 
 __all__ = ["SCAN_SPECS"]
 
@@ -30,7 +30,7 @@ __all__ = ["SCAN_SPECS"]
 def _block_parts(amax, MX: tl.constexpr, RCEIL: tl.constexpr, ELEM_EMAX: tl.constexpr,
                  LOG2_FMAX: tl.constexpr, FMAX: tl.constexpr, FAST_DIV: tl.constexpr):
     """Per-block (scale to store, three factors for ``_quantize_chunk``) from the block amax of
-    ``_widen_chunk``'s ``a``. MX: the E8M0 code and 2^-k (x / 2^k == x * 2^-k exactly: one rounding
+    ``_load_chunk``'s ``a``. MX: the E8M0 code and 2^-k (x / 2^k == x * 2^-k exactly: one rounding
     of the same real number; an amax of +inf marks a block holding NaN: code 0xFF, factor NaN).
     Blockwise: the fp32 scale and ``_div_parts`` of it."""
     if MX:
@@ -70,29 +70,11 @@ def _quantize_chunk(x, pa, pb, pc, q_ptrs, mask, CHUNK_R: tl.constexpr, TILE_C: 
 
 
 @triton.jit
-def _load_raw(x_ptr, rows, cols, R, C, sxr, sxc):
-    """The chunk at rows x cols as stored (bf16 as int16 bits; 0 where masked): what a prefetch
-    carries to the next iteration (half the registers of fp32 for 16-bit inputs)."""
-    mask = (rows[:, None] < R) & (cols[None, :] < C)
-    return tl.load(x_ptr + rows[:, None].to(tl.int64) * sxr + cols[None, :].to(tl.int64) * sxc, mask=mask, other=0)
-
-
-@triton.jit
 def _load_chunk(x_ptr, rows, cols, R, C, sxr, sxc, IN_BF16: tl.constexpr, NAN_INF: tl.constexpr):
-    """(x, a, mask) of the chunk at rows x cols (``_widen_chunk`` of ``_load_raw``)."""
-    return _widen_chunk(_load_raw(x_ptr, rows, cols, R, C, sxr, sxc), rows, cols, R, C, IN_BF16, NAN_INF)
-
-
-@triton.jit
-def _widen_chunk(raw, rows, cols, R, C, IN_BF16: tl.constexpr, NAN_INF: tl.constexpr):
-    """(x, a, mask) of a chunk loaded by ``_load_raw``: x in fp32 (bf16 bits << 16, exact), a =
-    finite |x| (NaN and inf count 0), except that NaN counts +inf with ``NAN_INF`` (so one max
-    gives both the finite amax and the NaN flag)."""
+    """(x, a, mask) of the chunk at rows x cols: a = finite |x| (NaN and inf count 0), except that
+    NaN counts +inf with ``NAN_INF`` (so one max gives both the finite amax and the NaN flag)."""
     mask = (rows[:, None] < R) & (cols[None, :] < C)
-    if IN_BF16:
-        x = (raw.to(tl.int32) << 16).to(tl.float32, bitcast=True)
-    else:
-        x = raw.to(tl.float32)
+    x = _load_f32(x_ptr + rows[:, None].to(tl.int64) * sxr + cols[None, :].to(tl.int64) * sxc, mask, IN_BF16)
     a = _finite_abs(x)
     if NAN_INF:
         a = tl.where(x == x, a, float("inf"))
@@ -105,8 +87,7 @@ def _cast_blocks_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, R, C, sxr, sxc, sqr
                         TBR: tl.constexpr, TBC: tl.constexpr, TILE_R: tl.constexpr, TILE_C: tl.constexpr,
                         CHUNK_R: tl.constexpr, MX: tl.constexpr, RCEIL: tl.constexpr, ELEM_EMAX: tl.constexpr,
                         LOG2_FMAX: tl.constexpr, FMAX: tl.constexpr, EMIN: tl.constexpr, MBITS: tl.constexpr,
-                        IS_E4M3: tl.constexpr, HW_CVT: tl.constexpr, FAST_DIV: tl.constexpr,
-                        PREFETCH: tl.constexpr):
+                        IS_E4M3: tl.constexpr, HW_CVT: tl.constexpr, FAST_DIV: tl.constexpr):
     """Block quantization with the scales computed in the program: (BR, BC) blocks -> ``q`` and
     scales ``s`` (``n_sc`` columns); with ``WRITE_T`` also ``qt``, the quantization of ``x.t()``
     with its own blocks, which are (TBR, TBC) blocks of x, scales ``st`` (``n_stc`` columns).
@@ -116,8 +97,7 @@ def _cast_blocks_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, R, C, sxr, sxc, sqr
     Blocks taller than a chunk (128x128; the 128x1 blocks of the transposed 1x128 copy) are as
     tall as the tile: their amax comes from a first pass over the chunks (the second read of the
     tile is served by the cache), their scales and division factors are computed and stored once;
-    every chunk is then quantized. ``PREFETCH``: the quantizing loop loads the next chunk (as
-    stored, ``_load_raw``) before it computes this one."""
+    every chunk is then quantized."""
     rows0 = (tl.program_id(0) // tl.cdiv(C, TILE_C)) * TILE_R  # consecutive programs walk along a row of tiles
     cols0 = (tl.program_id(0) % tl.cdiv(C, TILE_C)) * TILE_C
     cols = cols0 + tl.arange(0, TILE_C)
@@ -138,17 +118,9 @@ def _cast_blocks_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, R, C, sxr, sxc, sqr
         _store_block_scales(sq, rows0, cols0, R, C, s_ptr, n_sc, 1, CHUNK_R, TILE_C, BR, BC, CHUNK_R)
     if WRITE_T and TBR > CHUNK_R:
         _store_block_scales(st, rows0, cols0, R, C, st_ptr, 1, n_stc, CHUNK_R, TILE_C, TBR, TBC, CHUNK_R)
-    if PREFETCH:  # rows of this program only: the chunk after the last one is all masked
-        r_end = tl.minimum(rows0 + TILE_R, R)
-        raw_next = _load_raw(x_ptr, rows0 + tl.arange(0, CHUNK_R), cols, r_end, C, sxr, sxc)
     for r in range(rows0, rows0 + TILE_R, CHUNK_R):
         rows = r + tl.arange(0, CHUNK_R)
-        if PREFETCH:
-            raw = raw_next
-            raw_next = _load_raw(x_ptr, rows + CHUNK_R, cols, r_end, C, sxr, sxc)
-            x, a, mask = _widen_chunk(raw, rows, cols, R, C, IN_BF16, MX)
-        else:
-            x, a, mask = _load_chunk(x_ptr, rows, cols, R, C, sxr, sxc, IN_BF16, MX)
+        x, a, mask = _load_chunk(x_ptr, rows, cols, R, C, sxr, sxc, IN_BF16, MX)
         r64 = rows[:, None].to(tl.int64)
         if BR > CHUNK_R:
             _quantize_chunk(x, qa, qb, qc, q_ptr + r64 * sqr + c64 * sqc, mask, CHUNK_R, TILE_C, BC, CHUNK_R, MX,
@@ -180,5 +152,5 @@ SCAN_SPECS = (
               {"x_ptr": "*i16", "q_ptr": "*u8", "s_ptr": "*fp32", "qt_ptr": "*u8", "st_ptr": "*fp32", **_I32,
                "sqr": "i32", "sqc": "i32", "n_sc": "i32", "n_stc": "i32"},
               dict(IN_BF16=True, WRITE_T=True, BR=1, BC=128, TBR=128, TBC=1, TILE_R=128, TILE_C=128, CHUNK_R=32,
-                   MX=False, RCEIL=False, ELEM_EMAX=8, LOG2_FMAX=8, PREFETCH=False, **_E4M3)),
+                   MX=False, RCEIL=False, ELEM_EMAX=8, LOG2_FMAX=8, **_E4M3)),
 )

@@ -43,45 +43,15 @@ def _finite_amax_again(x_ptr, R, C, sxr, sxc, n_tiles_c, n_tiles, IN_BF16: tl.co
 
 
 @triton.jit
-def _prefetch(x_ptr, t, n_tiles_c, R, C, sxr, sxc, IN_BF16: tl.constexpr, FLAT: tl.constexpr,
-              BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, PREFETCH: tl.constexpr):
-    """Grid-stride tile ``t`` of x loaded ahead (``PREFETCH``; a scalar placeholder otherwise). A
-    tile past the last one is all masked (its rows are >= R, its flat offsets >= R * C): 0s, no
-    memory touched."""
-    if PREFETCH:
-        rows, cols, offs, mask = _tile_ptrs(t, n_tiles_c, R, C, sxr, sxc, FLAT, BLOCK_R, BLOCK_C)
-        return _load_f32(x_ptr + offs, mask, IN_BF16)
-    else:
-        return 0.0
-
-
-@triton.jit
-def _tile_x(x_ptr, t, x_next, n_tiles_c, R, C, sxr, sxc, IN_BF16: tl.constexpr, FLAT: tl.constexpr,
-            BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, PREFETCH: tl.constexpr):
-    """(x of grid-stride tile t, the carried prefetch). ``PREFETCH``: tile t is the one loaded
-    ahead, and the load of tile t + num_programs is issued now, before t is computed: two tiles in
-    flight per thread (one more 16-byte vector of registers), so the load latency is covered by
-    this tile's arithmetic and not only by the other warps'. Otherwise tile t is loaded here."""
-    if PREFETCH:
-        return x_next, _prefetch(x_ptr, t + tl.num_programs(0), n_tiles_c, R, C, sxr, sxc, IN_BF16, FLAT,
-                                 BLOCK_R, BLOCK_C, True)
-    else:
-        rows, cols, offs, mask = _tile_ptrs(t, n_tiles_c, R, C, sxr, sxc, FLAT, BLOCK_R, BLOCK_C)
-        return _load_f32(x_ptr + offs, mask, IN_BF16), x_next
-
-
-@triton.jit
 def _amax_kernel(x_ptr, amax_ptr, R, C, sxr, sxc, n_tiles_c, n_tiles,
-                 IN_BF16: tl.constexpr, FLAT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
-                 PREFETCH: tl.constexpr):
+                 IN_BF16: tl.constexpr, FLAT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """Finite amax of a (R, C) tensor by atomic_max into a zero-initialised fp32 scalar. Grid-stride
     over tiles (``FLAT``: contiguous chunks); kept elementwise across the program's tiles and
-    reduced once: one atomic per program. ``PREFETCH``: see ``_tile_x``."""
+    reduced once: one atomic per program."""
     acc = tl.zeros([BLOCK_R, BLOCK_C], tl.float32)
-    x_next = _prefetch(x_ptr, tl.program_id(0), n_tiles_c, R, C, sxr, sxc, IN_BF16, FLAT, BLOCK_R, BLOCK_C, PREFETCH)
     for t in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-        x, x_next = _tile_x(x_ptr, t, x_next, n_tiles_c, R, C, sxr, sxc, IN_BF16, FLAT, BLOCK_R, BLOCK_C, PREFETCH)
-        acc = tl.maximum(acc, tl.abs(x))  # max ignores NaN
+        rows, cols, offs, mask = _tile_ptrs(t, n_tiles_c, R, C, sxr, sxc, FLAT, BLOCK_R, BLOCK_C)
+        acc = tl.maximum(acc, tl.abs(_load_f32(x_ptr + offs, mask, IN_BF16)))  # max ignores NaN
     amax = tl.max(tl.max(acc, axis=1), axis=0)
     if amax == float("inf"):  # rare: an inf in this program's tiles; again, without it
         amax = _finite_amax_again(x_ptr, R, C, sxr, sxc, n_tiles_c, n_tiles, IN_BF16, FLAT, BLOCK_R, BLOCK_C)
@@ -114,14 +84,13 @@ def _cast_tensor_kernel(x_ptr, q_ptr, qt_ptr, scale_ptr, amax_ptr, R, C, sxr, sx
                         IN_BF16: tl.constexpr, DELAYED: tl.constexpr, WRITE_T: tl.constexpr,
                         FMAX: tl.constexpr, EMIN: tl.constexpr, MBITS: tl.constexpr, IS_E4M3: tl.constexpr,
                         HW_CVT: tl.constexpr, FAST_DIV: tl.constexpr, FLAT: tl.constexpr,
-                        BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, PREFETCH: tl.constexpr):
+                        BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """Tensorwise cast ``q = fp8(x / scale)``, plus ``qt = q.t()`` (contiguous) when ``WRITE_T``.
 
     ``DELAYED``: ``scale`` is read from ``scale_ptr`` (the state's scale) and the finite amax of x
     is computed in the same pass into ``amax_ptr`` (one read of x, one write of q; the amax is kept
     elementwise across the program's tiles and reduced once at the end).
-    Otherwise (current scaling): ``scale = amax_to_scale(*amax_ptr)``, written to ``scale_ptr``.
-    ``PREFETCH``: the next tile's load is issued before this tile is computed (``_tile_x``)."""
+    Otherwise (current scaling): ``scale = amax_to_scale(*amax_ptr)``, written to ``scale_ptr``."""
     pid = tl.program_id(0)
     if DELAYED:
         scale = tl.load(scale_ptr)
@@ -131,10 +100,9 @@ def _cast_tensor_kernel(x_ptr, q_ptr, qt_ptr, scale_ptr, amax_ptr, R, C, sxr, sx
             tl.store(scale_ptr, scale)
     p2k, sp, ys = _div_parts(scale, FAST_DIV)
     acc = tl.zeros([BLOCK_R, BLOCK_C], tl.float32)
-    x_next = _prefetch(x_ptr, pid, n_tiles_c, R, C, sxr, sxc, IN_BF16, FLAT, BLOCK_R, BLOCK_C, PREFETCH)
     for t in range(pid, n_tiles, tl.num_programs(0)):
         rows, cols, offs, mask = _tile_ptrs(t, n_tiles_c, R, C, sxr, sxc, FLAT, BLOCK_R, BLOCK_C)
-        x, x_next = _tile_x(x_ptr, t, x_next, n_tiles_c, R, C, sxr, sxc, IN_BF16, FLAT, BLOCK_R, BLOCK_C, PREFETCH)
+        x = _load_f32(x_ptr + offs, mask, IN_BF16)
         if DELAYED:
             acc = tl.maximum(acc, tl.abs(x))  # max ignores NaN; inf is dealt with after the loop
         q = _encode_fp8(_div_rn(x, p2k, sp, ys, FAST_DIV), FMAX, EMIN, MBITS, IS_E4M3, HW_CVT).to(tl.uint8)
@@ -256,15 +224,14 @@ _E4M3 = dict(FMAX=448.0, EMIN=-6, MBITS=3, IS_E4M3=True, HW_CVT=1, FAST_DIV=True
 SCAN_SPECS = (
     scan_spec(_amax_kernel,
               {"x_ptr": "*i16", "amax_ptr": "*fp32", **_I32, "n_tiles_c": "i32", "n_tiles": "i32"},
-              dict(IN_BF16=True, FLAT=True, BLOCK_R=8, BLOCK_C=512, PREFETCH=False)),
+              dict(IN_BF16=True, FLAT=True, BLOCK_R=8, BLOCK_C=512)),
     scan_spec(_row_col_amax_kernel,
               {"x_ptr": "*i16", "row_ptr": "*fp32", "col_ptr": "*fp32", **_I32, "rows_per_prog": "i32"},
               dict(IN_BF16=True, BLOCK_R=32, BLOCK_C=128)),
     scan_spec(_cast_tensor_kernel,
               {"x_ptr": "*i16", "q_ptr": "*u8", "qt_ptr": "*u8", "scale_ptr": "*fp32", "amax_ptr": "*fp32", **_I32,
                "sqr": "i32", "sqc": "i32", "n_tiles_c": "i32", "n_tiles": "i32"},
-              dict(IN_BF16=True, DELAYED=True, WRITE_T=True, FLAT=False, BLOCK_R=64, BLOCK_C=64, PREFETCH=False,
-                   **_E4M3)),
+              dict(IN_BF16=True, DELAYED=True, WRITE_T=True, FLAT=False, BLOCK_R=64, BLOCK_C=64, **_E4M3)),
     scan_spec(_delayed_update_kernel,
               {"amax_ptr": "*fp32", "hist_ptr": "*fp32", "scale_ptr": "*fp32", "out_scale_ptr": "*fp32", "L": "i32"},
               dict(FMAX=448.0, MARGIN_MUL=1.0, MOST_RECENT=False, BLOCK=16), num_warps=1),

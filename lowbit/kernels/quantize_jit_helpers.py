@@ -15,16 +15,7 @@ bit with these pieces:
   3 * 2^-24 ulp), the second then returns ``RN(a / s')`` (Markstein's theorem: y within 1/2 ulp of
   1/s', q faithful, so the remainder is exact). ``|q0| >= 2^100`` (overflow, inf, NaN) keeps q0:
   it saturates or is NaN either way (a NaN keeps the sign this device's arithmetic gives it,
-  as the reference's division does). Each step is written ``q - RN(q * s' - a) * y`` (the
-  remainder's negation, exact like the remainder, so the same value as ``q + RN(a - q * s') * y``
-  for every nonzero quotient), which keeps the sign of zero without a bit fix-up: ``a = -0``
-  gives ``q0 = -0``, ``RN(-0 * s' - (-0)) = +0`` and ``-0 - (+0 * y) = -0`` (the other order,
-  ``fma(-q0, s', a) = +0 + -0``, would make it +0). A nonzero ``a`` keeps its sign too: the exact
-  value ``q - d * y`` (d the rounded remainder) is ``a * y - q * (s' * y - 1) - e_d * y`` with
-  ``|s' * y - 1| <= 2^-24``, ``|q| <= 3 |a * y|`` and ``|e_d| <= max(2^-150, 2^-24 |d|)``, and
-  ``|a| >= 2^-149`` makes ``|a * y| > 2^-150 * y``: the sum is nonzero with a's sign, and RN keeps
-  it (a result rounded to zero is a zero of the exact value's sign). Two FMUL and four FFMA an
-  element, then the range select; no integer operation.
+  as the reference's division does). The sign of x is put back on q (``-0 / s`` must stay -0).
   Without ``FAST_DIV``: ``tl.div_rn`` per element (``div.rn.f32``: a reciprocal, three fma,
   a range check and a slow-path branch each).
 * Rounding (``_encode_fp8``): on sm_89+ the hardware cast ``cvt.rn.satfinite`` (RNE, subnormals
@@ -97,16 +88,7 @@ def _encode_fp8(y, FMAX: tl.constexpr, EMIN: tl.constexpr, MBITS: tl.constexpr,
     """float8 bits (int32) of the saturating RNE cast of fp32 ``y``; NaN -> 0x7F | sign.
     ``HW_CVT``: 0: the arithmetic (``_grid_round``); 1: clamp to +-fmax, then ``cvt.rn.satfinite``;
     2: ``cvt.rn.satfinite`` alone (it saturates out-of-range values and, per PTX, +-inf to +-fmax:
-    two operations an element fewer; benchmarks/quantize.py --sweep checks it on the GPU);
-    3: as 2 and no NaN fix-up either (about four integer operations an element fewer): the cast
-    writes its canonical NaN 0x7F, which is the reference's code wherever the device's arithmetic
-    makes every NaN positive (canonical 0x7FFFFFFF), as NVIDIA GPUs do; the sweep checks it on
-    -NaN inputs before it is timed."""
-    if HW_CVT == 3:
-        if IS_E4M3:
-            return y.to(tl.float8e4nv).to(tl.uint8, bitcast=True).to(tl.int32)
-        else:
-            return y.to(tl.float8e5).to(tl.uint8, bitcast=True).to(tl.int32)
+    two operations an element fewer; benchmarks/quantize.py --sweep checks it on the GPU)."""
     sign = (y.to(tl.int32, bitcast=True) >> 31) & 1
     if HW_CVT > 0:
         if HW_CVT == 1:
@@ -153,8 +135,10 @@ def _div_rn(x, p2k, sp, ys, FAST_DIV: tl.constexpr):
     if FAST_DIV:
         a = x * p2k
         q0 = a * ys
-        q = tl.fma(-tl.fma(q0, sp, -a), ys, q0)  # the remainder negated: signed zeros survive (docstring)
-        q = tl.fma(-tl.fma(q, sp, -a), ys, q)
+        q = tl.fma(tl.fma(-q0, sp, a), ys, q0)
+        q = tl.fma(tl.fma(-q, sp, a), ys, q)
+        sign = x.to(tl.int32, bitcast=True) & -2147483648
+        q = ((q.to(tl.int32, bitcast=True) & 0x7FFFFFFF) | sign).to(tl.float32, bitcast=True)
         return tl.where(tl.abs(q0) < 1.2676506002282294e30, q, q0)  # NaN: q0's sign, as the device divides
     else:
         return tl.div_rn(x, sp)

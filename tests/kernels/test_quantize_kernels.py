@@ -181,36 +181,6 @@ def test_blocks_fast_div_path_bit_exact(monkeypatch):
         check_fp8(x, Blockwise(), role, transposed=True)
 
 
-def test_prefetch_and_block_chunks_bit_exact(monkeypatch):
-    """The grid-stride loops loading the next tile ahead (``_prefetch``) and the block casts taking
-    several chunks a program (``_block_chunks``), the next one loaded ahead (``_block_prefetch``),
-    on small tiles so that programs loop over many tiles and chunks, partial ones included: the
-    same bits (and delayed state)."""
-    monkeypatch.setattr(kq, "_prefetch", lambda: True)
-    monkeypatch.setattr(kq, "_block_chunks", lambda: 4)
-    monkeypatch.setattr(kq, "_block_prefetch", lambda: True)
-    monkeypatch.setattr(kq, "_tile_elems", lambda x: 512)
-    x = specials((75, 300), seed=23)
-    recipe = Delayed(history_len=2)
-    ref_state, state = DelayedScalingState(recipe, E4M3), DelayedScalingState(recipe, E4M3)
-    for transposed in (False, True):
-        if transposed:
-            q, qt = kq.quantize_fp8_t_triton(x, recipe, "input", state)
-            rq, rqt = cast.quantize_fp8_t(x, recipe, "input", ref_state, backend="torch")
-            assert_fp8(qt, rqt, "delayed q_t")
-        else:
-            q, rq = kq.quantize_fp8_triton(x, recipe, "input", state), FP8Tensor.from_float(x, recipe, "input",
-                                                                                           state=ref_state)
-        assert_fp8(q, rq, "delayed")
-        assert_bits(state.amax_history, ref_state.amax_history, "amax history")
-    for recipe, role in ((Current(), "grad"), (Blockwise(), "input"), (MX(), "input"),
-                         (MX(elem="e5m2", scale_rule="rceil"), "grad"), (Blockwise(act=(1, 32)), "input")):
-        check_fp8(x, recipe, role)
-        check_fp8(x, recipe, role, transposed=True)
-    check_fp8(x.t(), Current(), "input")  # strided (not flat) tiles
-    check_fp4(x[:, :288], NV(), "input")  # NV's flat tensor amax
-
-
 def test_fp8_layouts():
     base = specials((300, 37), seed=2)
     for x in (base.t(), base[:200, :30], base[:, 0].contiguous(), specials((2, 5, 96), seed=3),
@@ -415,7 +385,7 @@ _PTX_SCRIPT = textwrap.dedent("""
                          "scale_ptr": "*fp32", "amax_ptr": "*fp32", **i32, "sqr": "i32", "sqc": "i32",
                          "n_tiles_c": "i32", "n_tiles": "i32"},
                          dict(IN_BF16=False, DELAYED=False, WRITE_T=False, HW_CVT=1, FAST_DIV=fast, FLAT=True, BLOCK_R=4,
-                              BLOCK_C=64, PREFETCH=False, **E4M3)),
+                              BLOCK_C=64, **E4M3)),
             kh.scan_spec(k4._fp4_cast_kernel, {"x_ptr": "*fp32", "signs_ptr": "*fp32", "u_ptr": "*fp32",
                          "amax_ptr": "*fp32", "q_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32", **i32, "n_sc": "i32"},
                          dict(IN_KIND=0, HADAMARD=True, NV=True, STOCHASTIC=True, RCEIL=False, FAST_DIV=fast, BR=1,
@@ -524,52 +494,3 @@ def test_sm90_block_cast_keeps_four_programs_per_sm():
         assert (launch["grid"], resident, launch["stack"]) == ([n_programs], want, 0), \
             {n: v for n, v in launch.items() if n != "ptx"}
         assert "ld.global.v4.b32" in launch["ptx"] and "fma.rn.f32" not in launch["ptx"]
-
-
-def _sm90_profile(*sets, variants=()):
-    """benchmarks/quantize_sass.py's rows: the launches of a 16384x4096 bf16 input as the launcher
-    makes them on an H200, compiled for sm_90 (registers, residency, SASS of the hot loop)."""
-    import json
-    import lowbit
-    root = os.path.dirname(os.path.dirname(os.path.abspath(lowbit.__file__)))
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
-    cmd = [sys.executable, os.path.join(root, "benchmarks", "quantize_sass.py"), "--json"]
-    cmd += [a for s in sets for a in ("--set", s)] + [a for v in variants for a in ("--variant", v)]
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return {(r["variant"], r["kernel"]): r for r in json.loads(res.stdout.strip().splitlines()[-1])}
-
-
-def test_sm90_tensorwise_cast_hot_loop():
-    """The structure the tensorwise casts' bandwidth rests on (H200 launch of 16384x4096 bf16,
-    sm_90 SASS): a 4096-element tile per 16-warp program, one 16-byte load and one 8-byte store a
-    thread per tile, at most 32 registers (4 programs, all 2048 threads of an SM resident: 32 KB of
-    loads in flight), no spills; the fast division without integer fix-ups keeps the loop at <= 21
-    instructions an element (it was 24 with them), and with ``_cvt_handles_nan`` and
-    ``_prefetch`` at <= 14, the next tile's load issued before this one is computed, still 4
-    programs an SM."""
-    base = _sm90_profile(variants=("delayed e4m3", "current e4m3"))
-    new = _sm90_profile("_cvt_handles_nan=True", "_prefetch=True", variants=("delayed e4m3", "current e4m3"))
-    for (variant, kernel), r in base.items():
-        n = new[(variant, kernel)]
-        for p in (r, n):
-            assert (p["warps"], p["elems"], p["resident"], p["stack"], p["ld_widths"]) == (16, 4096, 4, 0, [16]), p
-            assert p["regs"] <= 32 and p["ptx_ld_v4"], p
-        if kernel == "_cast_tensor_kernel":
-            assert r["st_widths"] == [8] and r["per_elem"] <= 21 and not r["ahead"], r
-            assert n["per_elem"] <= 14 and n["ahead"], n
-
-
-def test_sm90_block_casts_chunks_keep_residency():
-    """The block casts working through 4 chunks a program (``_block_chunks``): the 1x128 cast
-    keeps >= 3 resident 16-warp programs an SM (div.rn) and MX 1x32 4, 16-byte loads, no spills,
-    and the per-element cost of the chunk loop drops below the one-chunk program's (MX: <= 16
-    instructions an element)."""
-    one = _sm90_profile("_cvt_handles_nan=True", variants=("block 1x128", "mxfp8 1x32"))
-    four = _sm90_profile("_cvt_handles_nan=True", "_block_chunks=4", variants=("block 1x128", "mxfp8 1x32"))
-    for key, r in four.items():
-        assert r["loop"] and r["stack"] == 0 and r["ld_widths"] == [16] and r["grid"] * 4 == one[key]["grid"], r
-        assert r["resident"] >= (4 if key[0].startswith("mx") else 3), r
-        assert r["per_elem"] < one[key]["per_elem"], (r, one[key])
-    assert four[("mxfp8 1x32", "_cast_blocks_kernel")]["per_elem"] <= 16
