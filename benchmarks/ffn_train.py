@@ -117,6 +117,8 @@ def main():
                 row["ms"] = ms
                 row["tflops"] = flops / ms * 1e-9
                 rows.append(row)
+                print(f"{name} ({mode}): {ms:.3f} ms, err y {row.get('rel_err_y')}, dx {row.get('rel_err_dx')}, "
+                      f"first step {row['first_step_s']} s", flush=True)  # a time limit loses no row
             guarded(rows, f"{name} ({mode})", run)
             torch.cuda.empty_cache()
         bf = next((r["ms"] for r in rows if r.get("mode") == mode and r.get("variant") == "bf16" and "ms" in r), None)
