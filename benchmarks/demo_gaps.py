@@ -9,7 +9,9 @@ them lowers the baseline's noise). Per seed: ``d_s = 100 (final_s - base_s) / ba
 the gap of the means ``100 (mean final - mean base) / mean base`` (what ``lowbit demo`` prints),
 the mean of ``d_s`` with its standard error ``std(d) / sqrt(n)``, n, and the mean gap over the
 first 10 steps (the cold start). A file's runs can be kept apart with ``--tag name=file`` (the
-format is then reported as ``format@name``, e.g. to compare code versions).
+format is then reported as ``format@name``, e.g. to compare code versions). ``--png PATH``: the
+mean loss curve of each format over its seeds (bf16: over every bf16 run), through
+``lowbit.demo.report.plot``, labelled with the gap of the means.
 """
 from __future__ import annotations
 
@@ -60,13 +62,32 @@ def gaps(rows):
     return out
 
 
+def plot_means(rows, res, path):
+    """Mean loss curve per format (labels carry ``gap_of_means_pct``) -> PNG at ``path``."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from lowbit.demo.report import plot
+    curves = defaultdict(list)
+    for r in rows:
+        curves[r["format"]].append(r["losses"])
+    gap = {r["format"]: r["gap_of_means_pct"] for r in res}
+    runs = [{"format": f"{f} (n={len(c)})", "losses": [st.mean(v) for v in zip(*c)], "gap_pct": gap.get(f)}
+            for f, c in sorted(curves.items(), key=lambda kv: kv[0] != "bf16")]
+    return plot({"runs": runs, "config": {"size": "50m", "device": "H200"}}, path)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("files", nargs="*")
     p.add_argument("--tag", action="append", default=[], help="name=file: keep that file's formats apart")
+    p.add_argument("--png", help="write the mean loss curves here")
     a = p.parse_args()
     tags = {v.split("=", 1)[1]: v.split("=", 1)[0] for v in a.tag}
-    res = gaps(load(list(a.files) + [f for f in tags if f not in a.files], tags))
+    rows = load(list(a.files) + [f for f in tags if f not in a.files], tags)
+    res = gaps(rows)
+    if a.png:
+        print("wrote", a.png, "with", plot_means(rows, res, a.png))
     print(f"{'format':<24}{'n':>3}{'gap of means':>14}{'mean gap':>10}{'+- SE':>8}{'first 10 steps':>16}  per seed (%)")
     for r in res:
         se = "-" if r["se_pct"] is None else f"{r['se_pct']:.2f}"

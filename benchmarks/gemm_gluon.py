@@ -100,7 +100,7 @@ def _anchor(mode, a, b, out_dtype):
                 a._data, b._data, a._scale, b._scale, out_dtype=torch.float32, use_fast_accum=False)
         except Exception as e:  # noqa: BLE001
             emit("NOTE", msg=f"cuBLAS tensorwise fp32 failed: {e}"[:200])
-    return "lowbit triton (promoting)", fp8_scaled_mm(a, b, torch.float32)
+    return "lowbit triton (promoting)", fp8_scaled_mm(a, b, torch.float32, variant="triton")
 
 
 def child_check(config, modes, n_checks):
@@ -215,7 +215,9 @@ def child_time(M, N, K, configs):
             if mode == "tensorwise":
                 timed(mode, "cuBLAS fast-accum", lambda: torch._scaled_mm(
                     a._data, b._data, a._scale, b._scale, out_dtype=bf, use_fast_accum=True))
-        timed(mode, "lowbit triton", lambda: fp8_scaled_mm(a, b, bf), anchor)
+        # variant="triton": the plain-Triton kernels ("auto" is the Gluon kernel itself now)
+        timed(mode, "lowbit triton", lambda: fp8_scaled_mm(a, b, bf, variant="triton"), anchor)
+        timed(mode, "lowbit auto (dispatch)", lambda: fp8_scaled_mm(a, b, bf), anchor)
         if mode == "tensorwise":
             timed(mode, "lowbit triton fast-accum", lambda: fp8_scaled_mm(a, b, bf, fast_accum=True), anchor)
         for cfg in configs.get(mode, []):
