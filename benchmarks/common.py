@@ -52,6 +52,24 @@ def bench_ms(fn, warmup: int = 25, rep: int = 100) -> float:
     return float(do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
 
 
+def graph_ms(fns, rounds: int = 4) -> float:
+    """ms per call of ``fns`` (one callable per rotating input copy, so no call finds its inputs in
+    L2): each is called once (compiled, autotuned), then a CUDA graph of ``rounds`` passes through
+    all of them is replayed under do_bench; its median over ``rounds * len(fns)`` calls."""
+    import torch
+    for f in fns:
+        f()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(rounds):
+            for f in fns:
+                f()
+    ms = bench_ms(graph.replay) / (rounds * len(fns))
+    del graph
+    return ms
+
+
 def guarded(rows: list, name: str, fn):
     """Run ``fn()``; on error append a row naming the failure and continue."""
     try:

@@ -32,7 +32,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from benchmarks.common import bench_ms, env_info, guarded, parse_args, print_table, write_json  # noqa: E402
+from benchmarks.common import env_info, guarded, parse_args, print_table, write_json  # noqa: E402
+from benchmarks.common import graph_ms as common_graph_ms  # noqa: E402
 
 ROTATE_BYTES = 200e6
 U_BF16 = 2.0 ** -8
@@ -98,17 +99,7 @@ def graph_ms(fns):
         t = time.perf_counter()
         fns[0]()
         return (time.perf_counter() - t) * 1e3
-    for f in fns:
-        f()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(4):
-            for f in fns:
-                f()
-    ms = bench_ms(graph.replay) / (4 * len(fns))
-    del graph
-    return ms
+    return common_graph_ms(fns)
 
 
 class Run:

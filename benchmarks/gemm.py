@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from benchmarks.common import bench_ms, env_info, guarded, parse_args, print_table, write_json  # noqa: E402
+from benchmarks.common import bench_ms, env_info, graph_ms, guarded, parse_args, print_table, write_json  # noqa: E402
 
 # in order of importance: a run out of time budget skips the tail, saying so
 SHAPES = [(8192, 8192, 8192), (16, 8192, 8192), (4096, 4096, 4096), (16384, 14336, 4096),
@@ -84,17 +84,7 @@ class Run:
             return (time.perf_counter() - t) * 1e3
         if len(fns) == 1:
             return bench_ms(fns[0])
-        for f in fns:  # compiled and autotuned before the capture
-            f()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(4):
-                for f in fns:
-                    f()
-        ms = bench_ms(graph.replay) / (4 * len(fns))
-        del graph
-        return ms
+        return graph_ms(fns)
 
     def add(self, shape, variant, M, N, K, fns, ref=None, anchor=None, **extra):
         """Check (first callable vs ref / anchor output), time, append a row; returns (ms, out)."""

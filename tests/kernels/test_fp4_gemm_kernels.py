@@ -12,10 +12,7 @@ must come out as the torch backend's fp32 dequantization gives it. The CUDA-only
 checked by executing its instructions in Python on random packed words.
 """
 import math
-import os
 import struct
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -30,6 +27,7 @@ from lowbit.kernels.fp4_gemm import (_ASM_MX, _ASM_NV, _MM_CONFIGS, _WO_CONFIGS,
                                      fp4_support, fp4_weight_only_mm)
 from lowbit.scaling import MX, NV
 from lowbit.validate.metrics import U_BF16
+from sm90 import run_script
 from test_gemm_kernels import _sample, assert_in_bound, assert_in_bound_bias
 
 RECIPES = {"nv": NV(), "nv-1x16": NV(weight_2d=False), "mx": MX(elem="e2m1"), "mx-64": MX(block=64, elem="e2m1")}
@@ -300,11 +298,11 @@ def test_ptx_decode_matches_e2m1_times_scale(kind):
 
 # ---- the sm_90 compile of the decode-shape configurations (no GPU needed) ------------------------------
 _SM90_SCRIPT = textwrap.dedent("""
-    import json, os, subprocess, sys, tempfile, triton, triton.language as tl
+    import json, sys, triton, triton.language as tl
     from triton.compiler import ASTSource
     from triton.backends.compiler import GPUTarget
     from lowbit.kernels import fp4_weight_only as wo
-    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    from sm90 import usage
     fn = wo._wo_kernel
     out = []
     picks = [(c, 16, 16) for c in wo.WO_CONFIGS if c.kwargs["BLOCK_M"] == 16][:int(sys.argv[1])]
@@ -325,12 +323,7 @@ _SM90_SCRIPT = textwrap.dedent("""
             opts["maxnreg"] = cfg.maxnreg
         c = triton.compile(ASTSource(fn, sig, constexprs=cx, attrs=attrs), target=GPUTarget("cuda", 90, 32),
                            options=opts)
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(c.asm["cubin"])
-            f.flush()
-            res = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True, check=True)
-        usage = dict(w.split(":") for w in res.stdout.split("Function")[-1].split() if ":" in w)
-        out.append(dict(cfg=str(cfg), warps=cfg.num_warps, regs=int(usage["REG"]), stack=int(usage["STACK"]),
+        out.append(dict(cfg=str(cfg), warps=cfg.num_warps, **usage(c),
                         shared=c.metadata.shared, async_copies=c.asm["ttgir"].count("async_copy_global_to_local"),
                         stages=cfg.num_stages, wgmma="warp_group_dot" in c.asm["ttgir"], pipe=pipe))
     print(json.dumps(out))
@@ -343,16 +336,7 @@ def test_sm90_decode_configs_stay_resident_and_stream():
     activations) as asynchronous copies in every pipeline stage (the scales too, where a thread's
     share is >= 4 bytes: a row's bytes are one aligned vector once the K offset is known to be a
     multiple of the K tile)."""
-    import json
-    import lowbit
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_DEFAULT_FP_FUSION"] = "1"
-    root = os.path.dirname(os.path.dirname(os.path.abspath(lowbit.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
-    res = subprocess.run([sys.executable, "-c", _SM90_SCRIPT, "2"], capture_output=True, text=True, env=env,
-                         timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    kernels = json.loads(res.stdout.strip().splitlines()[-1])
+    kernels = run_script(_SM90_SCRIPT, "2", env_extra={"TRITON_DEFAULT_FP_FUSION": "1"})
     for k in kernels:
         regs = -(-k["regs"] // 8) * 8
         ctas = min(65536 // (regs * 32 * k["warps"]), (228 * 1024) // (k["shared"] + 1024))

@@ -28,6 +28,7 @@ from lowbit.scaling.blocks import Block, block_amax
 from lowbit.scaling.delayed import DelayedScalingState
 from lowbit.scaling.hadamard import hadamard16, random_signs
 from lowbit.scaling.recipes import MX, NV, Blockwise, Current, Delayed, Rowwise
+from sm90 import run_script
 
 if not kq._interpreted():
     raise RuntimeError("lowbit's Triton kernels are not interpreted: run pytest with TRITON_INTERPRET=1 set in the "
@@ -426,9 +427,10 @@ def test_sm90_ptx_divides_exactly_and_casts_with_rne():
 
 
 _BLOCKS_SCRIPT = textwrap.dedent("""
-    import inspect, json, os, subprocess, tempfile, torch, triton
+    import inspect, json, torch, triton
     from triton.compiler import ASTSource
     from triton.backends.compiler import GPUTarget
+    from sm90 import usage
     from lowbit.dtypes.formats import E4M3
     from lowbit.kernels import quantize as kq
     from lowbit.scaling.recipes import Blockwise
@@ -437,7 +439,6 @@ _BLOCKS_SCRIPT = textwrap.dedent("""
         def __getitem__(self, grid):
             return lambda *args, **kw: launches.append((grid, args, kw))
     kq._k8b = type("K", (), {"_cast_blocks_kernel": Recorder()})
-    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     ptr = {torch.int16: "*i16", torch.uint8: "*u8", torch.float32: "*fp32"}
     x = torch.empty(16384, 4096, dtype=torch.bfloat16, device="meta")
     block = Blockwise().granularity("input")
@@ -463,13 +464,7 @@ _BLOCKS_SCRIPT = textwrap.dedent("""
         cx.update(kw)
         c = triton.compile(ASTSource(kernel, sig, constexprs=cx, attrs=attrs), target=GPUTarget("cuda", 90, 32),
                            options=opts)
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(c.asm["cubin"])
-            f.flush()
-            res = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True, check=True)
-        usage = dict(w.split(":") for w in res.stdout.split("Function")[-1].split() if ":" in w)
-        out.append(dict(grid=list(grid), num_warps=opts["num_warps"], regs=int(usage["REG"]),
-                        stack=int(usage["STACK"]), ptx=c.asm["ptx"]))
+        out.append(dict(grid=list(grid), num_warps=opts["num_warps"], **usage(c), ptx=c.asm["ptx"]))
     print(json.dumps(out))
 """)
 
@@ -479,14 +474,7 @@ def test_sm90_block_cast_keeps_four_programs_per_sm():
     with the launcher's grid, constexprs and options): 16-byte loads, no spills, and few enough
     registers for 4 resident 16-warp programs per SM (2 with the transposed copy), as before the fast
     division (which takes 48 and 102 registers there with triton 3.6: 2 and 1 programs)."""
-    import json
-    import lowbit
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = os.path.dirname(os.path.dirname(os.path.abspath(lowbit.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
-    res = subprocess.run([sys.executable, "-c", _BLOCKS_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    plain, with_t = json.loads(res.stdout.strip().splitlines()[-1])
+    plain, with_t = run_script(_BLOCKS_SCRIPT)
     for launch, n_programs, want in ((plain, 16384, 4), (with_t, 4096, 2)):  # 32x128 and 128x128 tiles
         threads = 32 * launch["num_warps"]
         regs_per_program = -(-launch["regs"] // 8) * 8 * threads  # registers are allocated 8 a thread at a time
