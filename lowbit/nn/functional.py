@@ -3,8 +3,8 @@
 Forward: x and W are quantized by the recipe (roles "input", "weight") and multiplied by
 ``lowbit.kernels.scaled_mm`` with fp32 accumulation; the bias is added to the fp32 accumulator,
 then ``y`` is rounded to x's dtype. Backward: the output gradient is quantized as role "grad"
-(E5M2 under the HYBRID FP8 recipes, E4M3 under Blockwise and MX, E2M1 with stochastic rounding for NVFP4) and
-``dgrad = dY W``, ``wgrad = dY^T X`` go through ``scaled_mm`` as well, each operand quantized
+(E5M2 under the HYBRID FP8 recipes, E4M3 under Blockwise and MX, E2M1 with stochastic rounding
+for NVFP4) and ``dgrad = dY W``, ``wgrad = dY^T X`` go through ``scaled_mm`` as well, each operand quantized
 along the contraction dim of its own GEMM (see ``lowbit.nn.ops``). ``db = sum_tokens dY`` in fp32.
 
 Saved for backward, all in low precision: X^T quantized along the tokens (the wgrad operand; only

@@ -57,7 +57,8 @@ def _states(recipe, tensors: List[T], roles, primed_by: Tuple[T, ...], fake: boo
     if not isinstance(recipe, Delayed):
         return [None] * len(roles)
     if len(tensors) != 3 * len(roles):
-        raise ValueError(f"Delayed scaling needs (amax_history, scale, primed) for {roles}, got {len(tensors)} tensors")
+        raise ValueError(f"Delayed scaling needs (amax_history, scale, primed) for {roles}, "
+                         f"got {len(tensors)} tensors")
     out = []
     for i, (role, x) in enumerate(zip(roles, primed_by)):
         st = DelayedScalingState(recipe, recipe.format(role))

@@ -56,7 +56,8 @@ class LinearState(nn.Module):
         """Delayed: (amax_history, scale, primed) of input, weight, grad in that order; else []."""
         if not isinstance(self.recipe, Delayed):
             return []
-        return [t for role in ROLES for st in (getattr(self, role),) for t in (st.amax_history, st.scale, st.primed)]
+        states = [getattr(self, role) for role in ROLES]
+        return [t for st in states for t in (st.amax_history, st.scale, st.primed)]
 
     def signs(self) -> Optional[torch.Tensor]:
         return self.hadamard_signs if self.has_signs else None

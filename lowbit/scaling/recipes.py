@@ -2,7 +2,8 @@
 
 Roles: ``"input"`` (activations, forward GEMM operand A), ``"weight"`` (operand B), ``"grad"``
 (output gradient, the operand of dgrad and wgrad). Tensorwise and rowwise FP8 recipes default to
-HYBRID (E4M3 forward, E5M2 gradients); Blockwise and MX use E4M3 for every role. Blocks run along the contraction (K, the last) dimension of the forward operand.
+HYBRID (E4M3 forward, E5M2 gradients); Blockwise and MX use E4M3 for every role. Blocks run along
+the contraction (K, the last) dimension of the forward operand.
 
 Each recipe's ``scales(x, role, ...)`` gives the scales for its granularity (``scales.py``):
 

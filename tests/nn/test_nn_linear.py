@@ -274,7 +274,8 @@ def test_public_exports():
 def test_blockwise_e4m3_grads_are_more_accurate_than_hybrid():
     """Blockwise defaults to E4M3 gradients (DeepSeek-V3, TE's Float8BlockScaling): with one scale
     per 128 elements E4M3's extra mantissa bit halves the grad rounding, so dgrad and wgrad land
-    closer to fp32 than under HYBRID (E5M2) blockwise: by ~2x in relative error (4 bits vs 3)."""
+    closer to fp32 than under HYBRID (E5M2) blockwise (with the E4M3 forward operands' own error
+    in both: 0.037 vs 0.057 relative here, asserted as < 0.75x)."""
     g = torch.Generator().manual_seed(3)
     x, w = torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g) * 0.05
     dy = torch.randn(256, 256, generator=g) * torch.logspace(-4, -2, 256)[:, None]  # rows of varied size
