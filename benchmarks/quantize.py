@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import bench_ms, env_info, guarded, parse_args, print_table, write_json  # noqa: E402
+from benchmarks.common import bench_ms, env_info, graph_ms, guarded, parse_args, print_table, write_json  # noqa: E402
 from lowbit.dtypes.formats import E2M1  # noqa: E402
 from lowbit.dtypes.fp8_tensor import FP8Tensor  # noqa: E402
 from lowbit.dtypes.quantize import pack_fp4, quantize  # noqa: E402
@@ -194,6 +194,8 @@ def _row(shape, name, impl, ms, ideal, moved, copy_gbs, exact=None) -> dict:
 def main():
     args = parse_args(__doc__.splitlines()[0], extra=lambda p: (
         p.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd references"),
+        p.add_argument("--graph", action="store_true", help="time CUDA-graph replays of each call (no host "
+                       "launch overhead; the eager rows of 2026-12-01 may be host-bound)"),
         p.add_argument("--sweep", action="store_true", help="also time div.rn, other tile sizes and grids"),
         p.add_argument("--shape", action="append", help="RxC (repeatable) instead of the default shapes"),
         p.add_argument("--device", default="cuda", help="cpu: a smoke run of this script under TRITON_INTERPRET=1 "
@@ -207,6 +209,8 @@ def main():
         return
     gpu = dev.type == "cuda"
     timer = bench_ms if gpu else _wall_ms
+    if gpu and args.graph:  # replays of a captured call: no host launch cost in the figure
+        timer = lambda fn: graph_ms([fn])  # noqa: E731
     rows, checks = [], []
     save = lambda: write_json(args.out, "quantize", {"env": info, "copy_GBps": copy_gbs, "checks": checks,  # noqa: E731
                                                      "rows": rows, "seconds": time.time() - t_start})
