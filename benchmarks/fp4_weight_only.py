@@ -165,7 +165,7 @@ def bench_shape(run, M, N, K, kinds, variants):
         if DEV == "cuda":
             torch.cuda.synchronize()
         run.rows.append(dict(shape=shape, kind=kind, variant="check: tile counters zero after",
-                             note=str(all(int(v.abs().sum()) == 0 for v in wo._LOCKS.values()))))
+                             note=str(all(int(v.abs().sum()) == 0 for v in wo.TILE_COUNTERS.buffers.values()))))
         bs = b0 = W = ref = bound = outs = None
         if DEV == "cuda":
             torch.cuda.empty_cache()

@@ -263,22 +263,27 @@ def wo_last_config() -> dict:
 
 
 # ---- launcher --------------------------------------------------------------------------------------
-_LOCKS: dict = {}
+class TileCounters:
+    """Registry of the split-K tile counters, one int32 buffer per device, zero between launches
+    (every launch leaves them zero). Allocated (zeroed) on first use outside a CUDA-graph capture;
+    first used inside a capture, a buffer of that capture only (its zeroing is a memset node of the
+    graph). The counters are shared by the launches on one device: two of these GEMMs running
+    *concurrently* on two streams would race."""
+
+    def __init__(self):
+        self.buffers: dict = {}
+
+    def get(self, device, n: int) -> torch.Tensor:
+        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        buf = self.buffers.get(str(device))
+        if buf is None or buf.numel() < n:
+            buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+            if not capturing:
+                self.buffers[str(device)] = buf
+        return buf
 
 
-def _locks(device, n: int) -> torch.Tensor:
-    """Per-device tile counters, zero between launches (every launch leaves them zero). Allocated
-    (zeroed) on first use outside a CUDA-graph capture; first used inside a capture, a buffer of
-    that capture only (its zeroing is a memset node of the graph). The counters are shared by the
-    launches on one device: two of these GEMMs running *concurrently* on two streams would race."""
-    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-    key = str(device)
-    buf = _LOCKS.get(key)
-    if buf is None or buf.numel() < n:
-        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-        if not capturing:
-            _LOCKS[key] = buf
-    return buf
+TILE_COUNTERS = TileCounters()
 
 
 def weight_only_support(a, b) -> Optional[str]:
@@ -350,7 +355,7 @@ def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = No
                  * p["SPLIT_K"] for p in plans if p["SPLIT_K"] > 1) if any(p["SPLIT_K"] > 1 for p in plans) else 0
     part = torch.empty(max(part_n, 1), dtype=torch.float32, device=a.device)
     n_locks = max(triton.cdiv(N, p["BLOCK_N"]) * triton.cdiv(M, p["BLOCK_M"]) for p in plans)
-    locks = _locks(a.device, n_locks) if any(p.get("REDUCE") == 2 for p in plans) else part
+    locks = TILE_COUNTERS.get(a.device, n_locks) if any(p.get("REDUCE") == 2 for p in plans) else part
     grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]) * meta["SPLIT_K"], triton.cdiv(M, meta["BLOCK_M"]))  # noqa: E731
     launch = runnable(_wo_kernel) if fixed is not None else _WO_TUNED
     launch[grid](x, qb, sb, b._global_scale, c, part, locks, bias_t, M, N, K, x.stride(0), qb.stride(0),

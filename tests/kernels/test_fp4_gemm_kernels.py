@@ -100,7 +100,7 @@ def test_weight_only_split_order_is_deterministic(name):
     two = fp4_weight_only_mm(x, b, torch.float32, config=dict(SPLIT_K=4, REDUCE=1))
     assert torch.equal(fix, two)
     assert torch.equal(fix, fp4_weight_only_mm(x, b, torch.float32, config=dict(SPLIT_K=4, REDUCE=2)))
-    assert all(int(buf.abs().sum()) == 0 for buf in wo._LOCKS.values())
+    assert all(int(buf.abs().sum()) == 0 for buf in wo.TILE_COUNTERS.buffers.values())
 
 
 @pytest.mark.parametrize("out_dtype,u_out", [(torch.bfloat16, U_BF16), (torch.float16, 2.0 ** -11),
@@ -126,7 +126,7 @@ def test_weight_only_hand_prefetched_scales_agree():
         qb, sb, rb, blk = wo._fp4()._storage(b)
         c = torch.empty(4, 32)
         part = torch.empty(2 * 32 * 16)
-        runnable(wo._wo_kernel)[(2, 1)](x, qb, sb, b._global_scale, c, part, wo._locks(c.device, 1), c, 4, 32, 192,
+        runnable(wo._wo_kernel)[(2, 1)](x, qb, sb, b._global_scale, c, part, wo.TILE_COUNTERS.get(c.device, 1), c, 4, 32, 192,
                                          x.stride(0), qb.stride(0), sb.stride(0), c.stride(0), c.stride(1),
                                          SBLOCK=blk, SROWS=rb, MX=False, SPLIT_K=2, REDUCE=2, HAS_BIAS=False,
                                          ASM=False, EVEN_K=True, DOT_DTYPE=wo._fp4()._dot_dtype(x.dtype),
