@@ -420,7 +420,7 @@ def fp8_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[t
     if variant == "auto":
         if not fast_accum and a.device.type == "cuda" and not interpreting():
             from .gemm_gluon import gluon_fp8_scaled_mm
-            out = gluon_fp8_scaled_mm(a, b, out_dtype, bias)
+            out = gluon_fp8_scaled_mm(a, b, out_dtype, bias, plan=plan)
             if out is not None:
                 return out
         variant = "triton"

@@ -477,15 +477,18 @@ def _plan_mode(plan) -> Optional[str]:
 
 
 def gluon_fp8_scaled_mm(a, b, out_dtype=torch.float32, bias=None, *, fast_accum: bool = False,
-                        config: Optional[str] = None, out: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+                        config: Optional[str] = None, out: Optional[torch.Tensor] = None,
+                        plan: Optional[dict] = None) -> Optional[torch.Tensor]:
     """FP8Tensor front end for the triton backend: ``a @ b (+ bias)`` or None (declined).
 
-    Takes what ``lowbit.kernels.gemm.fp8_scaled_mm`` takes; declines fast accumulation (this
-    kernel always promotes), MX scales, partial-dimension blocks other than the three modes."""
+    Takes what ``lowbit.kernels.gemm.fp8_scaled_mm`` takes (and its ``gemm_plan(a, b)`` if
+    computed already); declines fast accumulation (this kernel always promotes), MX scales,
+    partial-dimension blocks other than the three modes."""
     if fast_accum or _IMPORT_ERROR is not None:
         return None
-    from .gemm import gemm_plan  # local: gemm imports nothing from here
-    plan = gemm_plan(a, b)
+    if plan is None:
+        from .gemm import gemm_plan  # local: gemm imports this module only at call time
+        plan = gemm_plan(a, b)
     if isinstance(plan, str):
         return None
     mode = _plan_mode(plan)
