@@ -66,7 +66,8 @@ adds a CTA barrier before each TMA copy too (5 per stage; they fall while both o
 
 ``gluon_scaled_mm`` returns None (declines) where this kernel doesn't apply: no Gluon, not sm_90,
 CPU tensors, strides TMA can't take, other scale layouts. Nothing is read from the environment;
-the only module state is the ``lru_cache`` of ``_smem_layout`` (NVMMA layouts per block shape; the JIT cache is triton's).
+the only module state is the ``lru_cache`` of ``_smem_layout`` (NVMMA layouts per block shape;
+the JIT cache is triton's).
 """
 from __future__ import annotations
 
