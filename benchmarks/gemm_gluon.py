@@ -90,17 +90,24 @@ def _where_max(c, ref):
             "abs_err": float(d.reshape(-1)[i]), "max_ref": float(ref.abs().max())}
 
 
-def _anchor(mode, a, b, out_dtype):
-    """(name, fp32 output without bias) of the trusted implementation on the same codes."""
+def _anchor(mode, a, b, out_dtype, fast=False):
+    """(name, fp32 output without bias) of the trusted implementation on the same codes, in the
+    same accumulation mode (``fast``: one long tensor-core accumulation, no promotion)."""
     import torch
     from lowbit.kernels.gemm import fp8_scaled_mm
+    kind = "fast-accum" if fast else "precise"
     if mode == "tensorwise":
         try:
-            return "cuBLAS _scaled_mm precise", torch._scaled_mm(
-                a._data, b._data, a._scale, b._scale, out_dtype=torch.float32, use_fast_accum=False)
+            return f"cuBLAS _scaled_mm {kind}", torch._scaled_mm(
+                a._data, b._data, a._scale, b._scale, out_dtype=torch.float32, use_fast_accum=fast)
         except Exception as e:  # noqa: BLE001
             emit("NOTE", msg=f"cuBLAS tensorwise fp32 failed: {e}"[:200])
-    return "lowbit triton (promoting)", fp8_scaled_mm(a, b, torch.float32, variant="triton")
+    return f"lowbit triton ({kind})", fp8_scaled_mm(a, b, torch.float32, fast_accum=fast, variant="triton")
+
+
+def _is_fast(config):
+    from lowbit.kernels.gemm_gluon_ws import WS_CONFIGS
+    return config in WS_CONFIGS and WS_CONFIGS[config][0]
 
 
 def child_check(config, modes, n_checks):
@@ -117,7 +124,8 @@ def child_check(config, modes, n_checks):
                 a, b = _operands(mode, M, N, K, seed=100 + ci)
                 bias = (torch.randn(N, device=DEV) * 0.5).to(out_dtype) if has_bias else None
                 out = torch.full((M, N), float("nan"), dtype=out_dtype, device=DEV)
-                res = gg.gluon_fp8_scaled_mm(a, b, out_dtype, bias, config=config, out=out)
+                fast = _is_fast(config)
+                res = gg.gluon_fp8_scaled_mm(a, b, out_dtype, bias, config=config, out=out, fast_accum=fast)
                 if res is None:
                     why = gg.gluon_support(a._data, a._scale, b._data, b._scale, mode, out_dtype, bias, config)
                     emit("RESULT", case=case, config=config, mode=mode, status="declined", why=why)
@@ -126,7 +134,7 @@ def child_check(config, modes, n_checks):
                 ref = a.dequantize(torch.float64) @ b.dequantize(torch.float64)
                 if bias is not None:
                     ref = ref + bias.double()[None, :]
-                name, anc = _anchor(mode, a, b, out_dtype)
+                name, anc = _anchor(mode, a, b, out_dtype, fast)
                 anc = anc.double() + (bias.double()[None, :] if bias is not None else 0)
                 err, err_anchor = _rel(out, ref), _rel(anc, ref)
                 floor = _rel(ref.to(out_dtype), ref) if out_dtype != torch.float32 else 0.0
@@ -221,7 +229,8 @@ def child_time(M, N, K, configs):
         if mode == "tensorwise":
             timed(mode, "lowbit triton fast-accum", lambda: fp8_scaled_mm(a, b, bf, fast_accum=True), anchor)
         for cfg in configs.get(mode, []):
-            timed(mode, f"gluon {cfg}", lambda cfg=cfg: gg.gluon_fp8_scaled_mm(a, b, bf, config=cfg), anchor)
+            timed(mode, f"gluon {cfg}", lambda cfg=cfg: gg.gluon_fp8_scaled_mm(
+                a, b, bf, config=cfg, fast_accum=_is_fast(cfg)), anchor)
         a = b = anchor = None
         _empty()
 

@@ -412,15 +412,20 @@ def fp8_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[t
     ``fast_accum``: no promotion for tensorwise/rowwise scales (K-scaled GEMMs always promote per
     chunk). ``variant``: "auto" (the promoting Gluon kernel of ``gemm_gluon`` where it takes the
     call: sm_90, not fast_accum, tensorwise / rowwise / 1x128 x 128x128 blockwise scales; else
-    "triton"), "triton" (``_auto_variant`` of the two Triton kernels), "tma" or "pointer".
+    "triton"), "ws" (the warp-specialized Gluon kernels of ``gemm_gluon_ws`` where they take the
+    call, fast_accum too; else "triton"), "triton" (``_auto_variant`` of the two Triton kernels),
+    "tma" or "pointer".
     """
     plan = gemm_plan(a, b)
     if isinstance(plan, str):
         raise ValueError(f"fp8_scaled_mm: {plan}")
-    if variant == "auto":
-        if not fast_accum and a.device.type == "cuda" and not interpreting():
+    if variant in ("auto", "ws"):
+        gluon = variant == "ws" or not fast_accum
+        if gluon and a.device.type == "cuda" and not interpreting():
             from .gemm_gluon import gluon_fp8_scaled_mm
-            out = gluon_fp8_scaled_mm(a, b, out_dtype, bias, plan=plan)
+            from .gemm_gluon_ws import WS_DEFAULT
+            config = WS_DEFAULT["fast" if fast_accum else "promote"] if variant == "ws" else None
+            out = gluon_fp8_scaled_mm(a, b, out_dtype, bias, fast_accum=fast_accum, config=config, plan=plan)
             if out is not None:
                 return out
         variant = "triton"
@@ -437,7 +442,7 @@ def fp8_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[t
     if variant == "triton":
         variant = _auto_variant(a.device, qa, qb)
     if variant not in ("tma", "pointer"):
-        raise ValueError(f"variant must be 'auto', 'triton', 'tma' or 'pointer', got {variant!r}")
+        raise ValueError(f"variant must be 'auto', 'ws', 'triton', 'tma' or 'pointer', got {variant!r}")
     if variant != "pointer" and not tma_ok(qa, qb):
         raise ValueError(f"variant={variant!r} needs K-major, 16-byte aligned operands")
     interp = interpreting()

@@ -416,9 +416,16 @@ def gluon_support(qa, sa, qb, sb, mode, out_dtype=torch.bfloat16, bias=None, con
     if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dim() != 1 or bias.shape[0] != N
                              or not bias.is_floating_point() or bias.device != qa.device):
         return "bias must be a 1-D float tensor of length N on the operands' device"
-    cfg = CONFIGS.get(config or DEFAULT_CONFIG[mode])
+    from .gemm_gluon_ws import WS_CONFIGS
+    name = config or DEFAULT_CONFIG[mode]
+    if name in WS_CONFIGS:
+        fast, bn = WS_CONFIGS[name][:2]
+        if mode == "blockwise" and (fast or bn != 128):
+            return "blockwise needs a promoting 128-wide tile configuration"
+        return None
+    cfg = CONFIGS.get(name)
     if cfg is None:
-        return f"unknown config {config!r}; one of {sorted(CONFIGS)}"
+        return f"unknown config {config!r}; one of {sorted(CONFIGS) + sorted(WS_CONFIGS)}"
     if mode == "blockwise" and cfg[2] != 128:
         return "blockwise needs a 128-wide tile configuration"
     return None
@@ -441,17 +448,21 @@ def gluon_scaled_mm(qa, sa, qb, sb, mode: str, out_dtype=torch.bfloat16, bias=No
         return None
     M, K = qa.shape
     N = qb.shape[1]
-    subk, nsub, bn, stages, group_m, unroll = CONFIGS[config or DEFAULT_CONFIG[mode]]
+    name = config or DEFAULT_CONFIG[mode]
     if out is None:
         out = torch.empty((M, N), dtype=out_dtype, device=qa.device)
     elif out.shape != (M, N) or out.dtype != out_dtype or out.device != qa.device:
         return None
+    sa = sa.reshape(1, 1) if sa.dim() < 2 else sa
+    sb = sb.reshape(1, 1) if sb.dim() < 2 else sb
+    from .gemm_gluon_ws import WS_CONFIGS, ws_scaled_mm
+    if name in WS_CONFIGS:
+        return ws_scaled_mm(qa, sa, qb, sb, mode, out, bias, config=name)
+    subk, nsub, bn, stages, group_m, unroll = CONFIGS[name]
     bn_sub = bn // nsub
     a_desc = _GluonDesc(qa, [M, K], [qa.stride(0), 1], [_BM, _BK], _smem_layout(_BM, _BK))
     bt = qb.t()  # (N, K) row-major view
     b_desc = _GluonDesc(bt, [N, K], [bt.stride(0), 1], [bn_sub, _BK], _smem_layout(bn_sub, _BK))
-    sa = sa.reshape(1, 1) if sa.dim() < 2 else sa
-    sb = sb.reshape(1, 1) if sb.dim() < 2 else sb
     tiles = triton.cdiv(M, _BM) * triton.cdiv(N, bn)
     grid = (min(_num_sms(qa.device), tiles),)
     bias_t = bias.contiguous() if bias is not None else out
@@ -483,10 +494,14 @@ def gluon_fp8_scaled_mm(a, b, out_dtype=torch.float32, bias=None, *, fast_accum:
     """FP8Tensor front end for the triton backend: ``a @ b (+ bias)`` or None (declined).
 
     Takes what ``lowbit.kernels.gemm.fp8_scaled_mm`` takes (and its ``gemm_plan(a, b)`` if
-    computed already); declines fast accumulation (this kernel always promotes), MX scales,
-    partial-dimension blocks other than the three modes."""
-    if fast_accum or _IMPORT_ERROR is not None:
+    computed already); declines MX scales, partial-dimension blocks other than the three modes,
+    and fast accumulation unless ``config`` names a fast configuration of ``gemm_gluon_ws`` (and
+    a fast configuration unless ``fast_accum``)."""
+    if _IMPORT_ERROR is not None:
         return None
+    from .gemm_gluon_ws import WS_CONFIGS
+    if fast_accum != (config in WS_CONFIGS and WS_CONFIGS[config][0]):
+        return None  # only the warp-specialized fast configurations skip the promotion
     if plan is None:
         from .gemm import gemm_plan  # local: gemm imports this module only at call time
         plan = gemm_plan(a, b)

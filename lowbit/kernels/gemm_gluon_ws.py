@@ -1,0 +1,305 @@
+"""Warp-specialized promoting FP8 GEMM for Hopper (sm_90a) in Gluon: the same math as
+``gemm_gluon`` (``C = (qA sA) @ (qB sB) (+ bias)``, every 128-K chunk's wgmma product started from
+zero and promoted into fp32 registers on the CUDA cores; tensorwise, rowwise, 1x128/128x128
+blockwise), with a different schedule.
+
+Why. In ``gemm_gluon`` both warp groups of a CTA issue the TMA refills themselves after a CTA
+barrier every stage, so they run in lockstep: when one warp group drains its wgmma pipeline
+(``wait(0)`` once a stage, which ptxas needs, see there) the other one is draining too and the
+tensor cores idle. Here the CTA is split into three partitions that share only the shared-memory
+ring and its mbarriers:
+
+* producer (1 warp): walks this program's (tile, 256-K stage) sequence; per stage waits for the
+  slot's ``empty`` barrier, then TMA-loads A (two 64-row boxes per 128-K chunk) and B into it,
+  completing the slot's ``ready`` barrier (transaction count);
+* consumer 0 / consumer 1 (one warp group each, the default partition and a worker): rows 0-63 /
+  64-127 of the 128x128 tile. Per stage: wait ``ready``; issue op0 (chunk 2s, use_acc=False) into
+  T0; promote T1 (chunk 2s-1, retired); issue op1 (chunk 2s+1) into T1; ``wait(1)``; promote T0;
+  ``wait(0)``; arrive on ``empty`` (count 2: the slot is free once both warp groups retired it).
+
+The two consumers never synchronize with each other, so one's drain bubble, promotion and
+epilogue overlap the other's wgmmas. Registers per consumer thread: acc + T0 + T1 = 3 x 64 fp32
+(m64n128), set by ``setmaxnreg`` (``REGS``: consumer worker, producer; the default partition
+gets what ``maxnreg`` leaves). Shared memory: STAGES x 2 x (16 KB A + 16 KB B) = 192 KB for 3
+stages. Error bound as ``gemm_gluon``: ``|C - C*| <= (eps_mma(128) + gamma_(n+2)) sum_k |a_k b_k|``
+with ``n = ceil(K/128)``; the same fp32 operations in the same order per element (each chunk's
+wgmma sum, then the promotion adds in chunk order), so the result equals ``gemm_gluon``'s bit
+for bit when the tensor cores sum a chunk the same way.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import gemm_gluon as _g
+
+__all__ = ["WS_CONFIGS", "WS_DEFAULT", "is_fast", "ws_scaled_mm", "compile_ws_for_sm90"]
+
+gl = _g.gl
+if gl is not None:
+    from triton.experimental import gluon
+    from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
+
+    _tma_load = _g._tma_load
+    _tile_coords = _g._tile_coords
+    _chunk_scale = _g._chunk_scale
+    _promote = _g._promote
+    _epilogue = _g._epilogue
+
+    @gluon.jit
+    def _ws_producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
+                     STAGES: gl.constexpr, SUBK: gl.constexpr, GROUP_M: gl.constexpr):
+        """TMA loads of every (tile, stage of SUBK 128-K chunks) of this program, each into the
+        next free ring slot (A as two 64-row boxes: one per consumer warp group)."""
+        BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+        BLOCK_K: gl.constexpr = b_desc.block_type.shape[1]
+        HALF_M: gl.constexpr = a_desc.block_type.shape[0]
+        num_pid_m = gl.cdiv(M, 2 * HALF_M)
+        num_pid_n = gl.cdiv(N, BLOCK_N)
+        num_tiles = num_pid_m * num_pid_n
+        n_stages = gl.cdiv(gl.cdiv(K, BLOCK_K), SUBK)
+        p = 0
+        for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+            pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+            for st in range(n_stages):
+                slot = p % STAGES
+                mbarrier.wait(empty.index(slot), ((p // STAGES) & 1) ^ 1)  # fresh barrier: passes
+                bar = ready.index(slot)
+                mbarrier.expect(bar, SUBK * (2 * HALF_M + BLOCK_N) * BLOCK_K)
+                for h in gl.static_range(SUBK):
+                    k = (st * SUBK + h) * BLOCK_K
+                    for r in gl.static_range(2):
+                        _tma_load(a_desc, [pid_m * 2 * HALF_M + r * HALF_M, k], bar,
+                                  a_bufs.index((slot * SUBK + h) * 2 + r))
+                    _tma_load(b_desc, [pid_n * BLOCK_N, k], bar, b_bufs.index(slot * SUBK + h))
+                p += 1
+
+    @gluon.jit
+    def _ws_consumer_fast(a_bufs, b_bufs, ready, empty, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N,
+                          stride_cm, stride_cn, stride_sam, stride_sbn, num_pid_m, num_pid_n,
+                          num_tiles, n_stages, WG: gl.constexpr, MODE: gl.constexpr,
+                          HAS_BIAS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                          SUBK: gl.constexpr, GROUP_M: gl.constexpr, mma_layout: gl.constexpr):
+        """Fast accumulation (no promotion, cuBLAS ``use_fast_accum``): every chunk's wgmma adds
+        into the one accumulator; a stage's slot is released once its wgmmas retired."""
+        HALF_M: gl.constexpr = 64
+        c = 0
+        for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+            pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+            off_m = pid_m * 2 * HALF_M + WG * HALF_M
+            acc = gl.zeros([HALF_M, BLOCK_N], gl.float32, mma_layout)
+            for st in range(n_stages):
+                slot = c % STAGES
+                mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
+                for h in gl.static_range(SUBK):
+                    acc = warpgroup_mma(a_bufs.index((slot * SUBK + h) * 2 + WG),
+                                        b_bufs.index(slot * SUBK + h).permute((1, 0)), acc, is_async=True)
+                acc = warpgroup_mma_wait(0, deps=[acc])
+                mbarrier.arrive(empty.index(slot), count=1)
+                c += 1
+            _epilogue(acc, c_ptr, bias_ptr, sa_ptr, sb_ptr, off_m, pid_n * BLOCK_N, M, N, stride_cm,
+                      stride_cn, stride_sam, stride_sbn, MODE, HAS_BIAS, mma_layout, HALF_M, BLOCK_N)
+
+    @gluon.jit
+    def _ws_consumer(a_bufs, b_bufs, ready, empty, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N, K,
+                     stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn,
+                     WG: gl.constexpr, MODE: gl.constexpr, HAS_BIAS: gl.constexpr, FAST: gl.constexpr,
+                     BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
+                     SUBK: gl.constexpr, GROUP_M: gl.constexpr):
+        """Warp group ``WG`` (0/1): rows WG*64 .. WG*64+63 of every tile of this program."""
+        HALF_M: gl.constexpr = 64
+        mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32])
+        num_pid_m = gl.cdiv(M, 2 * HALF_M)
+        num_pid_n = gl.cdiv(N, BLOCK_N)
+        n_chunks = gl.cdiv(K, BLOCK_K)
+        c = 0  # stages consumed by this program
+        t0 = gl.zeros([HALF_M, BLOCK_N], gl.float32, mma_layout)
+        t1 = gl.zeros([HALF_M, BLOCK_N], gl.float32, mma_layout)
+        for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+            pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+            off_m = pid_m * 2 * HALF_M + WG * HALF_M
+            if FAST:
+                acc, c = _ws_tile_fast(a_bufs, b_bufs, ready, empty, c, gl.cdiv(n_chunks, SUBK), WG,
+                                       STAGES, SUBK, mma_layout)
+            else:
+                acc, c, t0, t1 = _ws_tile_promote(a_bufs, b_bufs, ready, empty, c, t0, t1, sa_ptr, sb_ptr,
+                                                  off_m, pid_n, n_chunks, M, stride_sam, stride_sak,
+                                                  stride_sbk, stride_sbn, WG, MODE, STAGES, mma_layout)
+            _epilogue(acc, c_ptr, bias_ptr, sa_ptr, sb_ptr, off_m, pid_n * BLOCK_N, M, N, stride_cm,
+                      stride_cn, stride_sam, stride_sbn, MODE, HAS_BIAS, mma_layout, HALF_M, BLOCK_N)
+
+    @gluon.jit
+    def _ws_tile_fast(a_bufs, b_bufs, ready, empty, c, n_stages, WG: gl.constexpr, STAGES: gl.constexpr,
+                      SUBK: gl.constexpr, mma_layout: gl.constexpr):
+        """Fast accumulation (no promotion, cuBLAS ``use_fast_accum``): every chunk's wgmma adds
+        into the one accumulator; a stage's slot is released once its wgmmas retired."""
+        BLOCK_N: gl.constexpr = mma_layout.instr_shape[1]
+        acc = gl.zeros([64, BLOCK_N], gl.float32, mma_layout)
+        for st in range(n_stages):
+            slot = c % STAGES
+            mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
+            for h in gl.static_range(SUBK):
+                acc = warpgroup_mma(a_bufs.index((slot * SUBK + h) * 2 + WG),
+                                    b_bufs.index(slot * SUBK + h).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            mbarrier.arrive(empty.index(slot), count=1)
+            c += 1
+        return acc, c
+
+    @gluon.jit
+    def _ws_tile_promote(a_bufs, b_bufs, ready, empty, c, t0, t1, sa_ptr, sb_ptr, off_m, pid_n, n_chunks, M,
+                         stride_sam, stride_sak, stride_sbk, stride_sbn, WG: gl.constexpr, MODE: gl.constexpr,
+                         STAGES: gl.constexpr, mma_layout: gl.constexpr):
+        """One tile's 64 rows, promoted every 128-K chunk; a stage = chunks 2s (op 0, into t0) and
+        2s+1 (op 1, into t1). Returns (acc, c, t0, t1)."""
+        BLOCK_N: gl.constexpr = mma_layout.instr_shape[1]
+        rows: gl.constexpr = gl.SliceLayout(1, mma_layout)
+        acc = gl.zeros([64, BLOCK_N], gl.float32, mma_layout)
+        s0 = 1.0  # blockwise: the scales of the ops in t0 / t1 ((64, 1) columns from _chunk_scale)
+        s1 = 1.0
+        if MODE == 2:
+            s0 = _chunk_scale(sa_ptr, sb_ptr, off_m, pid_n, 0, n_chunks, M, stride_sam, stride_sak,
+                              stride_sbk, stride_sbn, rows, 64)
+            s1 = _chunk_scale(sa_ptr, sb_ptr, off_m, pid_n, 1, n_chunks, M, stride_sam, stride_sak,
+                              stride_sbk, stride_sbn, rows, 64)
+        # stage 0: both ops, then drain
+        slot = c % STAGES
+        mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
+        t0 = warpgroup_mma(a_bufs.index(slot * 4 + WG), b_bufs.index(slot * 2).permute((1, 0)), t0,
+                           use_acc=False, is_async=True)
+        t1 = warpgroup_mma(a_bufs.index(slot * 4 + 2 + WG), b_bufs.index(slot * 2 + 1).permute((1, 0)), t1,
+                           use_acc=False, is_async=True)
+        t0 = warpgroup_mma_wait(1, deps=[t0])
+        acc = _promote(acc, t0, s0, MODE)
+        t1 = warpgroup_mma_wait(0, deps=[t1])
+        mbarrier.arrive(empty.index(slot), count=1)  # this warp group is done with the slot
+        c += 1
+        # Loop invariant: nothing in flight at the back edge (else ptxas serializes every wgmma,
+        # C7514); t1 holds the previous stage's op 1, retired, not yet promoted.
+        for st in range(1, gl.cdiv(n_chunks, 2)):
+            slot = c % STAGES
+            if MODE == 2:  # chunk 2 st's scale; the loads overlap the ready wait
+                s0 = _chunk_scale(sa_ptr, sb_ptr, off_m, pid_n, st * 2, n_chunks, M, stride_sam, stride_sak,
+                                  stride_sbk, stride_sbn, rows, 64)
+            mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
+            t0 = warpgroup_mma(a_bufs.index(slot * 4 + WG), b_bufs.index(slot * 2).permute((1, 0)), t0,
+                               use_acc=False, is_async=True)
+            acc = _promote(acc, t1, s1, MODE)  # op 1 of the previous stage, while op 0 runs
+            t1 = warpgroup_mma(a_bufs.index(slot * 4 + 2 + WG), b_bufs.index(slot * 2 + 1).permute((1, 0)),
+                               t1, use_acc=False, is_async=True)
+            if MODE == 2:
+                s1 = _chunk_scale(sa_ptr, sb_ptr, off_m, pid_n, st * 2 + 1, n_chunks, M, stride_sam,
+                                  stride_sak, stride_sbk, stride_sbn, rows, 64)
+            t0 = warpgroup_mma_wait(1, deps=[t0])
+            acc = _promote(acc, t0, s0, MODE)  # while op 1 runs
+            t1 = warpgroup_mma_wait(0, deps=[t1])
+            mbarrier.arrive(empty.index(slot), count=1)
+            c += 1
+        acc = _promote(acc, t1, s1, MODE)
+        return acc, c, t0, t1
+
+    @gluon.jit
+    def _fp8_gemm_ws_kernel(a_desc, b_desc, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N, K,
+                            stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn,
+                            MODE: gl.constexpr, HAS_BIAS: gl.constexpr, FAST: gl.constexpr,
+                            STAGES: gl.constexpr, SUBK: gl.constexpr, GROUP_M: gl.constexpr,
+                            CONSUMER_REGS: gl.constexpr,
+                            PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
+        """Persistent warp-specialized promoting FP8 GEMM (module docstring); MODE 0/1/2:
+        tensorwise, rowwise, blockwise; 128 x BLOCK_N tiles, stages of SUBK 128-K chunks; FAST:
+        no promotion (tensorwise / rowwise)."""
+        gl.static_assert(num_warps == 4, "the default partition is consumer warp group 0")
+        BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+        BLOCK_K: gl.constexpr = b_desc.block_type.shape[1]
+        gl.static_assert(MODE != 2 or (BLOCK_N == 128 and BLOCK_K == 128 and not FAST),
+                         "blockwise: 128x128 tiles (one sB per chunk), promoted")
+        gl.static_assert(FAST or SUBK == 2, "promotion: a stage's two ops are its two 128-K chunks")
+        a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES * SUBK * 2] + a_desc.block_type.shape,
+                                           a_desc.layout)
+        b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES * SUBK] + b_desc.block_type.shape, b_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=2)  # one arrival per consumer warp group
+        gl.warp_specialize([
+            (_ws_consumer, (a_bufs, b_bufs, ready, empty, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N, K,
+                            stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn,
+                            0, MODE, HAS_BIAS, FAST, BLOCK_N, BLOCK_K, STAGES, SUBK, GROUP_M)),
+            (_ws_consumer, (a_bufs, b_bufs, ready, empty, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N, K,
+                            stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn,
+                            1, MODE, HAS_BIAS, FAST, BLOCK_N, BLOCK_K, STAGES, SUBK, GROUP_M)),
+            (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, STAGES, SUBK, GROUP_M)),
+        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+else:  # pragma: no cover
+    _fp8_gemm_ws_kernel = None
+
+
+# name -> (FAST, BLOCK_N, STAGES, SUBK, GROUP_M, consumer-worker registers, producer registers, maxnreg).
+# Registers: 12 warps (3 warp groups, the producer's one warp rounded up) share 64K a CTA, so
+# maxnreg <= 170; the default partition gets what maxnreg leaves (232 here, as the worker).
+WS_CONFIGS = {
+    "ws_s3": (False, 128, 3, 2, 8, 232, 40, 168),
+    "ws_s3_g16": (False, 128, 3, 2, 16, 232, 40, 168),
+    "wsfast_n256_s4": (True, 256, 4, 1, 8, 240, 24, 168),
+    "ws_s3_r240": (False, 128, 3, 2, 8, 240, 24, 168),
+    "wsfast_n128_s6": (True, 128, 6, 1, 8, 232, 40, 168),
+}
+WS_DEFAULT = {"promote": "ws_s3", "fast": "wsfast_n256_s4"}  # fp8_scaled_mm(variant="ws")
+_BM = _BK = 128
+
+
+def is_fast(config: str) -> bool:
+    return WS_CONFIGS[config][0]
+
+
+def _descs(qa, qb, bn: int):
+    a_desc = _g._GluonDesc(qa, list(qa.shape), [qa.stride(0), 1], [_BM // 2, _BK], _g._smem_layout(_BM // 2, _BK))
+    bt = qb.t()  # (N, K) row-major view
+    b_desc = _g._GluonDesc(bt, list(bt.shape), [bt.stride(0), 1], [bn, _BK], _g._smem_layout(bn, _BK))
+    return a_desc, b_desc
+
+
+def ws_scaled_mm(qa, sa, qb, sb, mode: str, out: torch.Tensor, bias=None, *, config: str = "ws_s3") -> torch.Tensor:
+    """Launch the warp-specialized kernel on arguments ``gemm_gluon.gluon_support`` accepted
+    (``out`` allocated, scales 2-D as ``gluon_scaled_mm`` shapes them)."""
+    fast, bn, stages, subk, group_m, c_regs, p_regs, maxnreg = WS_CONFIGS[config]
+    M, K = qa.shape
+    N = qb.shape[1]
+    a_desc, b_desc = _descs(qa, qb, bn)
+    tiles = -(-M // _BM) * -(-N // bn)
+    grid = (min(_g._num_sms(qa.device), tiles),)
+    bias_t = bias.contiguous() if bias is not None else out
+    _fp8_gemm_ws_kernel[grid](
+        a_desc, b_desc, out, bias_t, sa, sb, M, N, K, out.stride(0), out.stride(1),
+        sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1),
+        MODE=_g._MODES[mode], HAS_BIAS=bias is not None, FAST=fast, STAGES=stages, SUBK=subk,
+        GROUP_M=group_m, CONSUMER_REGS=c_regs, PRODUCER_REGS=p_regs, num_warps=4, maxnreg=maxnreg)
+    return out
+
+
+def compile_ws_for_sm90(mode: str = "tensorwise", config: str = "ws_s3", out_dtype: str = "bf16",
+                        has_bias: bool = True, a_type: str = "fp8e4nv", b_type: str = "fp8e4nv"):
+    """``triton.compile`` of the kernel for sm_90a on the CPU (tests, PTX/SASS inspection)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    fast, bn, stages, subk, group_m, c_regs, p_regs, maxnreg = WS_CONFIGS[config]
+    la, lb = _g._smem_layout(_BM // 2, _BK), _g._smem_layout(bn, _BK)
+    sig = {"a_desc": f"tensordesc<{a_type}[{_BM // 2},{_BK}],{la!r}>",
+           "b_desc": f"tensordesc<{b_type}[{bn},{_BK}],{lb!r}>",
+           "c_ptr": f"*{out_dtype}", "bias_ptr": f"*{out_dtype}", "sa_ptr": "*fp32", "sb_ptr": "*fp32",
+           "M": "i32", "N": "i32", "K": "i32", "stride_cm": "i32", "stride_cn": "i32",
+           "stride_sam": "i32", "stride_sak": "i32", "stride_sbk": "i32", "stride_sbn": "i32"}
+    consts = dict(MODE=_g._MODES[mode], HAS_BIAS=has_bias, FAST=fast, STAGES=stages, SUBK=subk,
+                  GROUP_M=group_m, CONSUMER_REGS=c_regs, PRODUCER_REGS=p_regs, num_warps=4)
+    for k in consts:
+        sig[k] = "constexpr"
+    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(sig)
+             if name in ("c_ptr", "bias_ptr", "sa_ptr", "sb_ptr", "stride_cm")}
+    try:
+        from triton.experimental.gluon import GluonASTSource
+    except ImportError:  # pragma: no cover - triton 3.6
+        from triton.experimental.gluon._runtime import GluonASTSource
+    src = GluonASTSource(_fp8_gemm_ws_kernel, sig, consts, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": 4, "maxnreg": maxnreg, "enable_fp_fusion": True})

@@ -1,0 +1,118 @@
+"""CPU checks of the warp-specialized Gluon FP8 GEMM (lowbit/kernels/gemm_gluon_ws.py): it compiles
+for sm_90a under the installed triton into three partitions with their own register budgets, the
+consumers' schedule survives to SASS (async wgmma, ``wait_group 1`` between the two ops of a stage,
+no serialization, no spills where promoting), every consumer synchronizes only its own warp group
+(128-thread named barriers, never the CTA) and the launch configurations fit the SM. The numbers
+are checked on the GPU by ``benchmarks/gemm_gluon.py`` (``--configs ws_s3,...``)."""
+import re
+import subprocess
+import textwrap
+
+import pytest
+import torch
+
+from lowbit.kernels import gemm_gluon as gg
+from lowbit.kernels import gemm_gluon_ws as ws
+from sm90 import run_script
+
+pytestmark = pytest.mark.skipif(gg.gluon_available() is not None, reason=f"no Gluon: {gg.gluon_available()}")
+
+SMEM_LIMIT = 227 * 1024  # sm_90 per-block opt-in maximum
+REGS_PER_SM = 65536
+
+_COMPILE = textwrap.dedent("""
+    import json, sys
+    from lowbit.kernels import gemm_gluon_ws as ws
+    k = ws.compile_ws_for_sm90(sys.argv[1], sys.argv[2], a_type=sys.argv[3], b_type=sys.argv[4])
+    print(json.dumps({"ptx": k.asm["ptx"], "shared": k.metadata.shared}))
+""")
+
+
+def _tools():
+    import os
+    import triton.backends.nvidia as nv
+    from triton.backends.nvidia.compiler import get_ptxas
+    return get_ptxas(90).path, os.path.join(os.path.dirname(nv.__file__), "bin", "cuobjdump")
+
+
+@pytest.fixture(scope="module", params=[("tensorwise", "ws_s3"), ("rowwise", "ws_s3"), ("blockwise", "ws_s3"),
+                                        ("tensorwise", "wsfast_n256_s4")],
+                ids=lambda p: "-".join(p))
+def compiled(request, tmp_path_factory):
+    """(mode, config, PTX, ptxas -v stderr, SASS, shared bytes)."""
+    mode, cfg = request.param
+    k = run_script(_COMPILE, mode, cfg, "fp8e4nv", "fp8e4nv")
+    d = tmp_path_factory.mktemp(f"{mode}_{cfg}")
+    (d / "k.ptx").write_text(k["ptx"])
+    ptxas, cuobjdump = _tools()
+    r = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(d / "k.ptx"), "-o", str(d / "k.cubin")],
+                       capture_output=True, text=True, check=True)
+    sass = subprocess.run([cuobjdump, "-sass", str(d / "k.cubin")], capture_output=True, text=True,
+                          check=True).stdout
+    return mode, cfg, k["ptx"], r.stderr, sass, k["shared"]
+
+
+def test_three_partitions_with_their_register_budgets(compiled):
+    _, cfg, ptx, *_ = compiled
+    fast, bn, stages, subk, group_m, c_regs, p_regs, maxnreg = ws.WS_CONFIGS[cfg]
+    counts = {int(n) for n in re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+);", ptx)}
+    assert c_regs in counts and p_regs in counts, counts
+    assert f".maxnreg {maxnreg}" in ptx
+
+
+def test_consumers_sync_only_their_warp_group(compiled):
+    ptx = compiled[2]
+    arrives = len(re.findall(r"mbarrier\.arrive\.shared::cta\.b64", ptx))
+    assert arrives >= 2  # each consumer releases its slots
+    # the partition barrier before each arrive spans one warp group, never the whole CTA
+    named = re.findall(r"bar\.sync\s+(\d+),\s*(\d+);", ptx)
+    assert named and all(n == "128" for _, n in named), named
+    assert "mbarrier.arrive.expect_tx" in ptx  # the producer's TMA transaction count
+
+
+def test_sass_keeps_the_schedule(compiled):
+    mode, cfg, _, log, sass, _ = compiled
+    for code in ("C7510", "C7514", "C7515", "C7517"):  # serialized / injected-wait diagnostics
+        assert code not in log, log
+    fast, bn = ws.WS_CONFIGS[cfg][:2]
+    assert f"QGMMA.64x{bn}x32.F32.E4M3.E4M3" in sass
+    if fast:
+        return
+    # promoting: both consumers overlap the promotion of one op with the other op's wgmma
+    assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1") >= 2
+    if mode != "rowwise":  # rowwise's epilogue spills a few registers (its 2 x 64 scale loads)
+        assert "0 bytes spill stores, 0 bytes spill loads" in log, log
+
+
+def test_shared_memory_fits(compiled):
+    assert 0 < compiled[5] <= SMEM_LIMIT
+
+
+def test_configs_fit_an_sm():
+    for name, (fast, bn, stages, subk, group_m, c_regs, p_regs, maxnreg) in ws.WS_CONFIGS.items():
+        assert (stages * subk * (128 * 128 + bn * 128)) <= SMEM_LIMIT - 1024, name
+        assert fast or (subk == 2 and bn == 128), name
+        assert maxnreg * 12 * 32 <= REGS_PER_SM, name  # 3 warp groups (the producer's warp rounds up)
+        default_regs = 3 * maxnreg - c_regs - p_regs  # what the default consumer is left
+        assert all(r % 8 == 0 and 24 <= r <= 256 for r in (c_regs, p_regs, default_regs)), name
+        assert default_regs >= c_regs, name  # both consumers hold the same accumulators
+    assert set(ws.WS_DEFAULT.values()) <= set(ws.WS_CONFIGS)
+    assert not ws.WS_CONFIGS[ws.WS_DEFAULT["promote"]][0] and ws.WS_CONFIGS[ws.WS_DEFAULT["fast"]][0]
+
+
+def test_variant_ws_falls_back_exactly_on_the_cpu():
+    """Where the Gluon kernels decline (CPU, interpreter), variant="ws" is the plain-Triton GEMM."""
+    from lowbit.dtypes import FP8Tensor
+    from lowbit.kernels.gemm import fp8_scaled_mm
+    from lowbit.scaling import Blockwise, Current
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(64, 256, generator=g), torch.randn(96, 256, generator=g)
+    for recipe, fast in ((Current(), False), (Current(), True), (Blockwise(), False)):
+        a = FP8Tensor.from_float(x, recipe, "input")
+        b = FP8Tensor.from_float(w, recipe, "weight").t()
+        got = fp8_scaled_mm(a, b, torch.float32, fast_accum=fast, variant="ws")
+        want = fp8_scaled_mm(a, b, torch.float32, fast_accum=fast, variant="triton")
+        assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="variant"):
+        fp8_scaled_mm(a, b, torch.float32, variant="nope")
+
