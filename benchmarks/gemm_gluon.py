@@ -47,7 +47,7 @@ CHECKS = [  # (M, N, K, out dtype, bias); the first two also run for the non-def
     (64, 512, 256, "bfloat16", False),
 ]
 LITE = 2
-BENCH_CONFIGS = ("k2_n128_s3_u2", "k2_n128_s3", "n2_n128_s6_u2")  # default list; --configs for others
+BENCH_CONFIGS = ("ws_s3", "ws_s3_g16", "wsfast_n256_s4", "k2_n128_s3_u2")  # default list; --configs for others
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (16384, 14336, 4096), (2048, 4096, 4096)]
 CASE_TIMEOUT = 90.0      # per check case / timed variant (the first includes compiling)
 SHAPE_TIMEOUT = 150.0    # per timed shape
@@ -340,7 +340,8 @@ def main():
 
     # 1. correctness, one child per configuration (all modes), CASE_TIMEOUT per case
     checks, passed = [], {m: [] for m in MODES}
-    defaults = set(gg.DEFAULT_CONFIG.values())
+    from lowbit.kernels.gemm_gluon_ws import WS_DEFAULT, promote_config
+    defaults = set(gg.DEFAULT_CONFIG.values()) | set(WS_DEFAULT.values()) | {promote_config(8192, 8192)}
     for cfg in sorted(configs, key=lambda c: c not in defaults):  # the default configurations first, fully
         n_checks = len(CHECKS) if cfg in defaults else LITE
         if cfg not in defaults and left() < 130:

@@ -410,10 +410,10 @@ def fp8_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[t
     """``a @ b (+ bias)`` for FP8Tensors a ``(M, K)``, b ``(K, N)`` on the Triton kernels.
 
     ``fast_accum``: no promotion for tensorwise/rowwise scales (K-scaled GEMMs always promote per
-    chunk). ``variant``: "auto" (the promoting Gluon kernel of ``gemm_gluon`` where it takes the
-    call: sm_90, not fast_accum, tensorwise / rowwise / 1x128 x 128x128 blockwise scales; else
-    "triton"), "ws" (the warp-specialized Gluon kernels of ``gemm_gluon_ws`` where they take the
-    call, fast_accum too; else "triton"), "triton" (``_auto_variant`` of the two Triton kernels),
+    chunk). ``variant``: "auto" (the promoting warp-specialized Gluon kernel, ``gemm_gluon`` /
+    ``gemm_gluon_ws``, where it takes the call: sm_90, not fast_accum, tensorwise / rowwise /
+    1x128 x 128x128 blockwise scales; else "triton"), "ws" (as "auto", and fast_accum on the
+    warp-specialized 128x256 kernel, where "auto" keeps the plain-Triton one, faster there), "triton" (``_auto_variant`` of the two Triton kernels),
     "tma" or "pointer".
     """
     plan = gemm_plan(a, b)

@@ -350,8 +350,9 @@ CONFIGS = {  # name -> (SUBK, NSUB, BLOCK_N, STAGES, GROUP_M, UNROLL)
     "n2_n128_s6": (1, 2, 128, 6, 8, 1),
     "n2_n128_s6_u2": (1, 2, 128, 6, 8, 2),
 }
-# u2 for blockwise k2 spills (72 B on triton 3.9), hence k2 without unrolling there. To be settled
-# by benchmarks/gemm_gluon.py on the H200.
+# u2 for blockwise k2 spills (72 B on triton 3.9), hence k2 without unrolling there. The best of this
+# kernel per mode; calls without a config run the warp-specialized kernel (gemm_gluon_ws), faster
+# on the H200 at every benchmarked shape (benchmarks/RESULTS.md, session 4).
 DEFAULT_CONFIG = {"tensorwise": "k2_n128_s3_u2", "rowwise": "k2_n128_s3_u2", "blockwise": "k2_n128_s3"}
 _MODES = {"tensorwise": 0, "rowwise": 1, "blockwise": 2}
 _BM = _BK = 128
@@ -416,8 +417,8 @@ def gluon_support(qa, sa, qb, sb, mode, out_dtype=torch.bfloat16, bias=None, con
     if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dim() != 1 or bias.shape[0] != N
                              or not bias.is_floating_point() or bias.device != qa.device):
         return "bias must be a 1-D float tensor of length N on the operands' device"
-    from .gemm_gluon_ws import WS_CONFIGS
-    name = config or DEFAULT_CONFIG[mode]
+    from .gemm_gluon_ws import WS_CONFIGS, promote_config
+    name = config or promote_config(M, N)
     if name in WS_CONFIGS:
         fast, bn = WS_CONFIGS[name][:2]
         if mode == "blockwise" and (fast or bn != 128):
@@ -442,20 +443,21 @@ def gluon_scaled_mm(qa, sa, qb, sb, mode: str, out_dtype=torch.bfloat16, bias=No
     qa (M, K), qb (K, N): FP8 codes, K-major (qb = weight.t() of a row-major (N, K) weight).
     Scales (fp32, dequantization factors): tensorwise one element each; rowwise sa (M, 1), sb (1, N);
     blockwise sa (M, ceil(K/128)), sb (ceil(K/128), ceil(N/128)) (lowbit's FP8Tensor layouts).
-    ``config``: a key of ``CONFIGS`` (default ``DEFAULT_CONFIG[mode]``); ``out``: an (M, N)
+    ``config``: a key of ``CONFIGS`` or ``gemm_gluon_ws.WS_CONFIGS`` (default: the warp-specialized
+    kernel, ``gemm_gluon_ws.promote_config(M, N)``); ``out``: an (M, N)
     tensor of out_dtype to write into (the benchmark's poisoned buffer)."""
     if gluon_support(qa, sa, qb, sb, mode, out_dtype, bias, config) is not None:
         return None
     M, K = qa.shape
     N = qb.shape[1]
-    name = config or DEFAULT_CONFIG[mode]
+    from .gemm_gluon_ws import WS_CONFIGS, promote_config, ws_scaled_mm
+    name = config or promote_config(M, N)
     if out is None:
         out = torch.empty((M, N), dtype=out_dtype, device=qa.device)
     elif out.shape != (M, N) or out.dtype != out_dtype or out.device != qa.device:
         return None
     sa = sa.reshape(1, 1) if sa.dim() < 2 else sa
     sb = sb.reshape(1, 1) if sb.dim() < 2 else sb
-    from .gemm_gluon_ws import WS_CONFIGS, ws_scaled_mm
     if name in WS_CONFIGS:
         return ws_scaled_mm(qa, sa, qb, sb, mode, out, bias, config=name)
     subk, nsub, bn, stages, group_m, unroll = CONFIGS[name]

@@ -1,0 +1,113 @@
+"""Where the FFN training step's GPU time goes (H200): the kernels of ``benchmarks/ffn_train.py``'s
+step under ``torch.profiler``, per variant and mode.
+
+    python benchmarks/ffn_profile.py --out DIR [--variants lowbit-fp8@ws:eager,torchao-tensorwise:compiled]
+
+For each ``variant:mode`` (variant names as ffn_train's: bf16, lowbit-<fmt>[@gemm_variant],
+torchao-<recipe>): build it, run 5 warm-up steps, profile 5 steps, and report the step's GPU time
+split into groups by kernel name (FP8/FP4 GEMMs, bf16 GEMMs, casts/quantize, elementwise and
+inductor-fused kernels, reductions (amax), memset/copy, other), with each group's share, and the
+top kernels by total device time. Writes DIR/ffn_profile.json; a table per variant last.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+from common import env_info, guarded, parse_args, print_table, write_json  # noqa: E402
+from ffn_train import SwiGLU, make_variant  # noqa: E402
+
+GROUPS = [  # (group, regex on the kernel name), first match wins
+    ("fp8/fp4 gemm", r"fp8_gemm|_gemm_ws|gemm_promote|scaled_mm|sm90_xmma_gemm_e4m3|e4m3|fp4_gemm|f8f6f4|cutlass.*fp8"),
+    ("bf16 gemm", r"gemm|xmma|cutlass|cublas|nvjet"),
+    ("cast/quantize", r"quant|cast|amax|_to_fp8|float8|scale"),
+    ("memset/copy", r"memset|memcpy|copy|fill"),
+    ("fused/elementwise", r"triton_|elementwise|vectorized|silu|mul|add"),
+    ("reduce", r"reduce"),
+]
+
+
+def group_of(name: str) -> str:
+    low = name.lower()
+    for g, pat in GROUPS:
+        if re.search(pat, low):
+            return g
+    return "other"
+
+
+def profile(name: str, mode: str, steps: int = 5) -> dict:
+    torch.manual_seed(0)
+    tokens, d, h = 8192, 4096, 14336
+    base = SwiGLU(d, h).to("cuda", torch.bfloat16)
+    x = torch.randn(tokens, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    gy = torch.randn(tokens, d, device="cuda", dtype=torch.bfloat16)
+    m = make_variant(base, name)
+    fn = torch.compile(m) if mode == "compiled" else m
+
+    def step():
+        x.grad = None
+        fn(x).backward(gy)
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    import time
+    t0 = time.perf_counter()
+    for _ in range(10):
+        step()
+    torch.cuda.synchronize()
+    wall_ms = (time.perf_counter() - t0) / 10 * 1e3
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    kernels = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            k = kernels.setdefault(e.name, [0.0, 0])
+            k[0] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+            k[1] += 1
+    total_us = sum(v[0] for v in kernels.values()) / steps
+    groups = {}
+    for kname, (us, n) in kernels.items():
+        g = groups.setdefault(group_of(kname), [0.0, 0])
+        g[0] += us / steps
+        g[1] += n / steps
+    top = sorted(kernels.items(), key=lambda kv: -kv[1][0])[:15]
+    return {"variant": name, "mode": mode, "gpu_ms_per_step": total_us / 1e3, "wall_ms_per_step": wall_ms,
+            "groups": {g: {"ms": us / 1e3, "launches": n, "share": us / total_us} for g, (us, n) in groups.items()},
+            "top": [{"kernel": k[:110], "ms_per_step": us / steps / 1e3, "calls_per_step": n / steps}
+                    for k, (us, n) in top]}
+
+
+def main():
+    def extra(p):
+        p.add_argument("--variants", default="bf16:eager,lowbit-fp8:eager,lowbit-fp8:compiled,"
+                                             "torchao-tensorwise:compiled")
+    args = parse_args(__doc__.splitlines()[0], extra)
+    results, errors = [], []
+    for spec in args.variants.split(","):
+        name, _, mode = spec.partition(":")
+        r = guarded(errors, spec, lambda: profile(name, mode or "eager"))
+        if r:
+            results.append(r)
+            print(f"{spec}: wall {r['wall_ms_per_step']:.3f} ms/step, GPU {r['gpu_ms_per_step']:.3f}; " + ", ".join(
+                f"{g} {v['ms']:.2f} ms ({v['launches']:.0f})" for g, v in sorted(r["groups"].items())), flush=True)
+        torch.cuda.empty_cache()
+    write_json(args.out, "ffn_profile", {"env": env_info(), "results": results, "errors": errors})
+    for r in results:
+        print(f"\n{r['variant']} ({r['mode']}): {r['gpu_ms_per_step']:.3f} ms of GPU time a step, "
+              f"{r['wall_ms_per_step']:.3f} ms wall")
+        print_table(r["top"], ["kernel", "ms_per_step", "calls_per_step"])
+    if errors:
+        print_table(errors, ["variant", "error"])
+
+
+if __name__ == "__main__":
+    main()
