@@ -52,15 +52,19 @@ def bench_ms(fn, warmup: int = 25, rep: int = 100) -> float:
     return float(do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
 
 
-def graph_ms(fns, rounds: int = 4) -> float:
+def graph_ms(fns, rounds: int = 4, generators=()) -> float:
     """ms per call of ``fns`` (one callable per rotating input copy, so no call finds its inputs in
     L2): each is called once (compiled, autotuned), then a CUDA graph of ``rounds`` passes through
-    all of them is replayed under do_bench; its median over ``rounds * len(fns)`` calls."""
+    all of them is replayed under do_bench; its median over ``rounds * len(fns)`` calls.
+    ``generators``: the CUDA generators the calls draw from other than the default one (registered
+    with the graph, as capture requires)."""
     import torch
     for f in fns:
         f()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
+    for g in generators:
+        graph.register_generator_state(g)
     with torch.cuda.graph(graph):
         for _ in range(rounds):
             for f in fns:
@@ -68,6 +72,35 @@ def graph_ms(fns, rounds: int = 4) -> float:
     ms = bench_ms(graph.replay) / (rounds * len(fns))
     del graph
     return ms
+
+
+def kernel_profile(fn, calls: int = 20):
+    """GPU time of what ``fn()`` runs on the device, from ``torch.profiler`` (CUDA activity only):
+    ``fn`` is called once (compiled), then ``calls`` times under the profiler. Returns
+    ``{"ms": device ms per call (kernels, memsets and copies summed), "launches": device
+    activities per call, "kernels": {name: ms per call}}``, or None when the profiler saw no device
+    activity (no CUPTI; a CPU run)."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile, supported_activities
+    if ProfilerActivity.CUDA not in supported_activities():
+        return None
+    fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    per, n = {}, 0
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA:
+            per[e.name] = per.get(e.name, 0.0) + e.time_range.elapsed_us() / 1e3
+            n += 1
+    if not n:
+        return None
+    return {"ms": sum(per.values()) / calls, "launches": n / calls, "kernels": {k: v / calls for k, v in per.items()}}
 
 
 def guarded(rows: list, name: str, fn):

@@ -1,28 +1,41 @@
-"""Fused quantize kernels vs device-to-device copy bandwidth, the eager torch reference and the
-torch.compile'd reference (GPU; about 2-3 minutes on an H200).
+"""Fused quantize kernels vs device-to-device copy bandwidth (GPU; CPU smoke run with --device cpu).
 
-    python benchmarks/quantize.py --out DIR [--quick] [--no-compile] [--sweep]
+Also against the eager torch reference and the torch.compile'd reference; about 1 minute on an
+H200 with --no-compile and without --sweep.
+
+    python benchmarks/quantize.py --out DIR [--quick] [--no-compile] [--sweep] [--budget S] [--shape RxC]
+    python benchmarks/quantize.py --out DIR --device cpu --shape 64x256 --no-compile   (CPU smoke run)
 
 For each variant and shape (8192x8192 and 16384x4096 bf16) it first checks that the fused kernels
 are bit-exact with the torch reference on this GPU (data, scales, delayed-scaling state, generator
-state; on the timed tensor and on a smaller one holding NaN, -NaN, +-inf, -0 and subnormals), then
-times them with do_bench (median). Bandwidth is reported two ways, both against the copy bandwidth
-measured in this run (``dst.copy_(src)``, bytes read + written):
+state; on the timed tensor and on a smaller one holding NaN and -NaN (with payloads), +-inf, -0,
+subnormals and saturating values), then times the whole Python call three ways:
 
-* ``GB/s``: ideal bytes, x read once plus every output written once (what the op must move);
-* ``moved GB/s``: the bytes this implementation moves (two-pass recipes read x twice: the amax
-  kernel, then the cast, for current scaling, rowwise with the transposed copy and NVFP4; NV
-  stochastic rounding also writes and reads the uniforms). One-pass rowwise re-reads each row
-  from L2, not counted.
+* ``call ms``: do_bench of the eager call (median; L2 flushed between calls). Bounded below by the
+  host: Python and 2-4 kernel launches a call;
+* ``graph ms``: the call captured in a CUDA graph (4 calls a graph), replays under do_bench: no
+  host cost, the launches back to back;
+* ``kern ms``: torch.profiler (CUDA activity), the device time of every kernel (and memset) the
+  call runs, summed, averaged over 20 calls; ``main ms``: the main kernel alone (the largest
+  "cast" kernel: the one that reads x and writes the FP8/FP4 data), ``launches`` per call.
 
-``--sweep`` (about 2 more minutes) also times every variant with the per-element ``div.rn.f32``
-instead of the fast exact division (``lowbit.kernels.quantize._fast_div``), the FP8 variants with
-the float8 cast saturating by itself (``_cvt_saturates``: no clamp before ``cvt.rn.satfinite``),
-the block casts with the fast division (``_blocks_fast_div``; they use ``div.rn.f32``, which keeps
-their registers low), each checked bit-exact first, and the main kernels with 2048 / 8192 / 16384-element tiles
-(default 4096) and with 1/8 (the previous policy), 1/2 and 2x the grid-stride programs; rows
-named ``(div.rn)``, ``(cvt saturates)``, ``(blocks fast div)``, ``(tile N)``, ``(programs xF)``.
-Prints a table last and writes DIR/quantize.json.
+Bandwidth: ``%copy X`` = ideal bytes / X-time against the copy bandwidth measured the same way in
+this run (``dst.copy_(src)`` of 512 MiB, bytes read + written): ideal bytes are x read once plus
+every output written once (what the op must move); ``%moved kern`` counts what the kernels move
+(two-pass recipes read x twice: current scaling, rowwise with the transposed copy, NVFP4; NV
+stochastic rounding also writes and reads the uniforms; one-pass rowwise's L2 re-read not counted).
+Goal (issue 4): >= 80% of copy.
+
+``--sweep``: the levers of ``lowbit.kernels.quantize_policy`` on the first shape, one row per
+lever set and variant, named ``variant (label)``, bit-exact check first (a row that is not exact is
+not timed), graph and kernel figures only; rows that would run past ``--budget`` seconds (whole
+run) are skipped and listed. Labels, in order (``sweep_rows``): ``lean`` / ``lean+nan`` (the lean
+float8 encode; +nan: ``cvt_handles_nan``), ``lean+nan best`` (with 16/thread, chunks 4, current
+slots), ``chunks N`` / ``chunks 4+lean+nan`` (block casts, N chunks a program), ``16/thread``,
+``8w 16/thread``, ``prefetch``, ``16/thread prefetch`` (each on top of lean+nan), ``atomic amax``
+(delayed: the zero-fill + atomic of before), ``current slots``, ``progs/SM N`` (on top of
+lean+nan), ``div.rn``, ``cvt saturates``, ``blocks fast div``, ``tile N``. Prints a table last
+and writes DIR/quantize.json.
 """
 from __future__ import annotations
 
@@ -34,7 +47,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import bench_ms, env_info, graph_ms, guarded, parse_args, print_table, write_json  # noqa: E402
+from benchmarks.common import bench_ms, env_info, graph_ms, guarded, kernel_profile, parse_args, print_table, \
+    write_json  # noqa: E402
 from lowbit.dtypes.formats import E2M1  # noqa: E402
 from lowbit.dtypes.fp8_tensor import FP8Tensor  # noqa: E402
 from lowbit.dtypes.quantize import pack_fp4, quantize  # noqa: E402
@@ -48,6 +62,11 @@ from lowbit.scaling.recipes import MX, NV, Blockwise, Current, Delayed, Rowwise 
 SHAPES = [(8192, 8192), (16384, 4096)]
 TIME_BUDGET_S = 120  # no torch.compile'd reference is started past this (each compiles for ~10-20 s)
 COMPILED = ("current e4m3", "block 1x128", "mxfp8 1x32", "nvfp4 1x16", "delayed e4m3", "rowwise e4m3")
+PROFILED_CALLS = 20
+# bf16 bit patterns planted in the special-value tensor: NaN of both signs with payloads, +-inf,
+# -0, +-smallest / largest subnormal, +-max, values around the E4M3 / E5M2 saturation
+BF16_BITS = (0xFFC0, 0x7F81, 0xFF81, 0x7FFF, 0x7F80, 0xFF80, 0x8000, 0x0001, 0x8001, 0x007F, 0x807F, 0x7F7F, 0xFF7F,
+             0x43E0, 0xC3E0, 0x43E1, 0x4760, 0xC761)
 
 
 def _bits(t):
@@ -80,12 +99,18 @@ def _wall_ms(fn, reps: int = 2) -> float:
 
 
 def specials(shape, device):
+    """bf16 over several binades with special values; the raw ``BF16_BITS`` patterns are written
+    into the bf16 bits (a float conversion on the GPU would make every NaN the positive canonical one)."""
     x = torch.randn(shape, device=device) * torch.exp2(torch.randint(-6, 7, shape, device=device).float())
     flat = x.view(-1)
     vals = [float("nan"), -float("nan"), float("inf"), -float("inf"), -0.0, -1e-40, 1e-40, 3e4, -1e-30]
     for i, v in enumerate(vals):
         flat[(i * 7919 + 3) % flat.numel()] = v
-    return x.to(torch.bfloat16)
+    xb = x.to(torch.bfloat16)
+    bits = xb.view(torch.int16).view(-1)
+    for i, b in enumerate(BF16_BITS):
+        bits[(i * 6133 + 5) % bits.numel()] = b - 65536 if b >= 32768 else b
+    return xb
 
 
 # ---- variants: (name, kind, recipe, role, transposed) ---------------------------------------------
@@ -108,6 +133,10 @@ def variants():
     ]
 
 
+def _named(*names):
+    return [v for v in variants() if v[0] in names]
+
+
 def nbytes(name, kind, recipe, role, transposed, shape):
     """(ideal bytes, bytes moved by the fused implementation) for a bf16 input of this shape."""
     n = shape[0] * shape[1]
@@ -125,8 +154,9 @@ def nbytes(name, kind, recipe, role, transposed, shape):
 
 
 def make_calls(name, kind, recipe, role, transposed, x):
-    """(fused, eager reference, (fused state, reference state) or None): the callables make their
-    own delayed-scaling state / seeded generator, so the two sides see the same sequence."""
+    """(fused, eager reference, (fused state, reference state) or None, the fused call's CUDA
+    generators): the callables make their own delayed-scaling state / seeded generator, so the two
+    sides see the same sequence."""
     dev = x.device
     if kind == "fp8":
         states = None
@@ -135,19 +165,20 @@ def make_calls(name, kind, recipe, role, transposed, x):
         st_f, st_r = states or (None, None)
         if transposed:
             return (lambda: kq.quantize_fp8_t_triton(x, recipe, role, st_f),
-                    lambda: cast.quantize_fp8_t(x, recipe, role, st_r, backend="torch"), states)
+                    lambda: cast.quantize_fp8_t(x, recipe, role, st_r, backend="torch"), states, ())
         return (lambda: kq.quantize_fp8_triton(x, recipe, role, st_f),
-                lambda: FP8Tensor.from_float(x, recipe, role, state=st_r), states)
+                lambda: FP8Tensor.from_float(x, recipe, role, state=st_r), states, ())
     signs = random_signs(7, dev) if "RHT" in name else None
     g_f, g_r = torch.Generator(device=dev).manual_seed(1), torch.Generator(device=dev).manual_seed(1)
     return (lambda: kq.quantize_fp4_triton(x, recipe, role, g_f, signs),
-            lambda: cast.quantize_fp4(x, recipe, role, g_r, signs, backend="torch"), None)
+            lambda: cast.quantize_fp4(x, recipe, role, g_r, signs, backend="torch"), None,
+            (g_f,) if dev.type == "cuda" else ())
 
 
 def check(name, kind, recipe, role, transposed, x) -> str:
     """'' when the fused call is bit-exact with the reference on this device (delayed scaling: two
     steps, and the states' amax history and scale too)."""
-    fused, ref, states = make_calls(name, kind, recipe, role, transposed, x)
+    fused, ref, states, _ = make_calls(name, kind, recipe, role, transposed, x)
     errs = []
     for step in range(2 if states else 1):
         got, want = fused(), ref()
@@ -182,21 +213,129 @@ def compiled_reference(kind, recipe, role):
     return torch.compile(f, dynamic=False)
 
 
-def _row(shape, name, impl, ms, ideal, moved, copy_gbs, exact=None) -> dict:
-    gbs = ideal / ms / 1e6
-    row = {"shape": f"{shape[0]}x{shape[1]}", "variant": name, "impl": impl, "ms": ms, "GB/s": gbs,
-           "%copy": 100 * gbs / copy_gbs, "exact": exact}
-    if moved is not None:
-        row.update({"moved GB/s": moved / ms / 1e6, "%copy moved": 100 * moved / ms / 1e6 / copy_gbs})
+# ---- timing -------------------------------------------------------------------------------------------
+
+def main_kernel(kernels: dict) -> tuple:
+    """(name, ms) of the main kernel: the longest whose name has "cast" in it (else the longest)."""
+    casts = {k: v for k, v in kernels.items() if "cast" in k} or kernels
+    name = max(casts, key=casts.get)
+    return name, casts[name]
+
+
+def time_fused(fn, gens, gpu: bool, call: bool = True) -> dict:
+    """{"call ms", "graph ms", "kern ms", "main ms", "main kernel", "launches"} of ``fn`` (GPU);
+    the wall clock of a call on the CPU. A figure whose method fails is left out (its error is
+    printed and returned under "errors")."""
+    if not gpu:
+        return {"call ms": _wall_ms(fn)}
+    out, errs = {}, []
+    for key, method in (("call ms", lambda: bench_ms(fn) if call else None),
+                        ("graph ms", lambda: graph_ms([fn], generators=gens)),
+                        ("kern", lambda: kernel_profile(fn, PROFILED_CALLS))):
+        try:
+            v = method()
+        except Exception as e:  # one method failing (e.g. capture) must not lose the others
+            errs.append(f"{key}: {type(e).__name__}: {e}"[:200])
+            print(f"    {errs[-1]}", flush=True)
+            continue
+        if key == "kern":
+            if v is not None:
+                name, ms = main_kernel(v["kernels"])
+                out.update({"kern ms": v["ms"], "main ms": ms, "main kernel": name, "launches": v["launches"]})
+        elif v is not None:
+            out[key] = v
+    if errs:
+        out["errors"] = errs
+    return out
+
+
+def _row(shape, name, impl, t: dict, ideal, moved, copy: dict, exact=None) -> dict:
+    """A table row: the times, and the % of copy of each against the copy timed the same way."""
+    row = {"shape": f"{shape[0]}x{shape[1]}", "variant": name, "impl": impl, "exact": exact, **t}
+    for key, ckey in (("call ms", "call"), ("graph ms", "graph"), ("kern ms", "kern"), ("main ms", "kern")):
+        if t.get(key) and copy.get(ckey):
+            row[f"%copy {key.split()[0]}"] = 100 * ideal / t[key] / 1e6 / copy[ckey]
+    if "call ms" in t:  # the keys of the earlier runs' JSON: the eager call
+        row.update({"ms": t["call ms"], "GB/s": ideal / t["call ms"] / 1e6})
+    if moved is not None and t.get("kern ms") and copy.get("kern"):
+        row["%moved kern"] = 100 * moved / t["kern ms"] / 1e6 / copy["kern"]
     return row
 
+
+# ---- sweep --------------------------------------------------------------------------------------------
+
+def sweep_rows():
+    """[(label, {quantize_policy function: replacement}, variants)], most informative first."""
+    T = lambda: True  # noqa: E731
+    fp8 = [v for v in variants() if v[1] == "fp8"]
+    stream = _named("delayed e4m3", "current e4m3", "rowwise e4m3")
+    blocks = _named("block 1x128", "mxfp8 1x32")
+    lean = dict(lean_cast=T)
+    lean_nan = dict(lean_cast=T, cvt_handles_nan=T)
+    rows = [("lean", lean, fp8), ("lean+nan", lean_nan, fp8),
+            ("lean+nan best", dict(lean_nan, stream_elems=lambda x: 8192, block_chunks=lambda: 4,
+                                   current_amax_slots=T), fp8)]
+    rows += [(f"chunks {n}", dict(block_chunks=lambda n=n: n), blocks) for n in (2, 4, 8)]
+    rows += [("chunks 4+lean+nan", dict(lean_nan, block_chunks=lambda: 4), blocks)]
+    geo = {"16/thread": dict(stream_elems=lambda x: 8192),
+           "8w 16/thread": dict(stream_elems=lambda x: 4096, stream_warps=lambda e: 8),
+           "prefetch": dict(stream_prefetch=T),
+           "16/thread prefetch": dict(stream_elems=lambda x: 8192, stream_prefetch=T)}
+    rows += [(label, dict(lean_nan, **g), stream) for label, g in geo.items()]
+    rows += [("atomic amax", dict(delayed_amax_slots=lambda: False), _named("delayed e4m3", "delayed e4m3 +T")),
+             ("current slots", dict(current_amax_slots=T), _named("current e4m3", "current e5m2 +T"))]
+    rows += [(f"progs/SM {n}", dict(lean_nan, stream_programs_per_sm=lambda w, n=n: n),
+              _named("delayed e4m3", "current e4m3")) for n in (4, 8, 32)]
+    rows += [("div.rn", dict(fast_div=lambda: False), variants()),
+             ("cvt saturates", dict(cvt_saturates=T), fp8),
+             ("blocks fast div", dict(blocks_fast_div=T), blocks)]
+    rows += [(f"tile {e}", dict(tile_elems=lambda x, e=e: e), blocks + _named("block 1x128 +T")) for e in (2048, 8192)]
+    return rows
+
+
+def run_sweep(args, x, small, rows, copy, t_start, save):
+    """The sweep rows on x (first shape): check on x and the special tensor, then time."""
+    skipped, done, t_sweep = [], 0, time.time()
+    pol = kq.policy
+    for label, repl, vs in sweep_rows():
+        per_row = (time.time() - t_sweep) / done if done else 2.0  # s a variant: compile, check, time
+        if time.time() - t_start + per_row * len(vs) > args.budget:  # would not fit: skip (a later,
+            skipped.append(label)                                      # shorter row may still fit)
+            continue
+        done += len(vs)
+        defaults = {attr: getattr(pol, attr) for attr in repl}
+        for attr, fn in repl.items():
+            setattr(pol, attr, fn)
+        try:
+            for v in vs:
+                name = f"{v[0]} ({label})"
+                err = guarded(rows, f"{name} check", lambda: check(*v, x) + check(*v, small))
+                if err != "":
+                    print(f"MISMATCH {name}: {err}", flush=True)
+                    rows.append({"shape": f"{x.shape[0]}x{x.shape[1]}", "variant": name, "impl": "lowbit",
+                                 "exact": False, "detail": err})
+                    continue
+                fused, _, _, gens = make_calls(*v, x)
+                t = time_fused(fused, gens, x.device.type == "cuda", call=False)
+                rows.append(_row(x.shape, name, "lowbit", t, *nbytes(*v, x.shape), copy, True))
+        finally:
+            for attr, fn in defaults.items():
+                setattr(pol, attr, fn)
+        save()
+        print(f"  sweep {label} done ({time.time() - t_start:.0f} s)", flush=True)
+    if skipped:
+        print(f"  --budget {args.budget:.0f} s: sweep rows skipped: {', '.join(skipped)}", flush=True)
+
+
+# ---- main ---------------------------------------------------------------------------------------------
 
 def main():
     args = parse_args(__doc__.splitlines()[0], extra=lambda p: (
         p.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd references"),
-        p.add_argument("--graph", action="store_true", help="time CUDA-graph replays of each call (no host "
-                       "launch overhead; the eager rows of 2026-12-01 may be host-bound)"),
-        p.add_argument("--sweep", action="store_true", help="also time div.rn, other tile sizes and grids"),
+        p.add_argument("--sweep", action="store_true", help="also time the quantize_policy levers (sweep_rows)"),
+        p.add_argument("--budget", type=float, default=240.0, help="seconds for the whole run: sweep rows that "
+                       "would start past it are skipped (and listed)"),
+        p.add_argument("--graph", action="store_true", help="no effect: CUDA-graph replays are always timed now"),
         p.add_argument("--shape", action="append", help="RxC (repeatable) instead of the default shapes"),
         p.add_argument("--device", default="cuda", help="cpu: a smoke run of this script under TRITON_INTERPRET=1 "
                        "with a tiny --shape (wall-clock timing, no torch.compile)")))
@@ -208,21 +347,19 @@ def main():
         write_json(args.out, "quantize", {"env": info, "error": "no CUDA GPU"})
         return
     gpu = dev.type == "cuda"
-    timer = bench_ms if gpu else _wall_ms
-    if gpu and args.graph:  # replays of a captured call: no host launch cost in the figure
-        timer = lambda fn: graph_ms([fn])  # noqa: E731
     rows, checks = [], []
-    save = lambda: write_json(args.out, "quantize", {"env": info, "copy_GBps": copy_gbs, "checks": checks,  # noqa: E731
+    save = lambda: write_json(args.out, "quantize", {"env": info, "copy_GBps": copy, "checks": checks,  # noqa: E731
                                                      "rows": rows, "seconds": time.time() - t_start})
 
-    # copy bandwidth in this run (bytes read + written)
+    # copy bandwidth in this run (bytes read + written), timed each way the kernels are
     mib = 512 if gpu else 8
     src = torch.empty(mib * 2 ** 20, dtype=torch.uint8, device=dev)
     dst = torch.empty_like(src)
-    copy_ms = timer(lambda: dst.copy_(src))
-    copy_gbs = 2 * src.numel() / copy_ms / 1e6
+    t = time_fused(lambda s=src, d=dst: d.copy_(s), (), gpu)
+    copy = {k.split()[0]: 2 * src.numel() / t[k] / 1e6 for k in ("call ms", "graph ms", "kern ms") if t.get(k)}
     del src, dst
-    print(f"device-to-device copy: {copy_gbs:.0f} GB/s ({mib} MiB, read + write)", flush=True)
+    print("device-to-device copy (GB/s, read + write): " + ", ".join(f"{k} {v:.0f}" for k, v in copy.items())
+          + f" ({mib} MiB)", flush=True)
 
     # 1. correctness, then lowbit and the eager reference, per shape and variant
     shapes = [tuple(map(int, sh.split("x"))) for sh in args.shape] if args.shape else \
@@ -238,15 +375,16 @@ def main():
             if err:
                 print(f"MISMATCH {name} {shape}: {err}", flush=True)
             checks.append({"variant": name, "shape": list(shape), "bit_exact": not err, "detail": err})
-            fused, eager, _ = make_calls(*v, x)
-            for impl, fn in (("lowbit", fused), ("eager ref", eager)):
-                ms = guarded(rows, f"{name} {impl}", lambda: timer(fn))
-                if ms is not None:
-                    lb = impl == "lowbit"
-                    rows.append(_row(shape, name, impl, ms, ideal, moved if lb else None, copy_gbs,
-                                     not err if lb else None))
-            print(f"  {shape} {name}: " + ", ".join(f"{r['impl']} {r['GB/s']:.0f} GB/s" for r in rows[-2:]
-                                                    if r.get("variant") == name), flush=True)
+            fused, eager, _, gens = make_calls(*v, x)
+            t = guarded(rows, f"{name} lowbit", lambda: time_fused(fused, gens, gpu))
+            if t is not None:
+                rows.append(_row(shape, name, "lowbit", t, ideal, moved, copy, not err))
+            ms = guarded(rows, f"{name} eager ref", lambda: (bench_ms if gpu else _wall_ms)(eager))
+            if ms is not None:
+                rows.append(_row(shape, name, "eager ref", {"call ms": ms}, ideal, None, copy))
+            r = rows[-2] if ms is not None and t is not None else {}
+            print(f"  {shape} {name}: " + ", ".join(f"{k} {r[k]:.4f}" for k in ("call ms", "graph ms", "kern ms",
+                                                                              "main ms") if k in r), flush=True)
         del x
         if gpu:
             torch.cuda.empty_cache()
@@ -256,57 +394,41 @@ def main():
     if gpu and not args.no_compile:
         x = torch.randn(shapes[0], device=dev, dtype=torch.bfloat16)
         for v in [v for v in variants() if v[0] in COMPILED]:
-            if time.time() - t_start > TIME_BUDGET_S:
+            if time.time() - t_start > min(TIME_BUDGET_S, args.budget):
                 print(f"time budget spent: no compiled reference for {v[0]} and later", flush=True)
                 break
             fc = compiled_reference(*v[1:4])
             fn = (lambda: fc(x, torch.ones((), device=dev))) if isinstance(v[2], Delayed) else (lambda: fc(x))
-            ms = guarded(rows, f"{v[0]} compiled ref", lambda: timer(fn))
+            ms = guarded(rows, f"{v[0]} compiled ref", lambda: bench_ms(fn))
             if ms is not None:
-                rows.append(_row(shapes[0], v[0], "compiled ref", ms, nbytes(*v, shapes[0])[0], None, copy_gbs))
+                rows.append(_row(shapes[0], v[0], "compiled ref", {"call ms": ms}, nbytes(*v, shapes[0])[0], None,
+                                 copy))
         del x
         save()
 
-    # 3. optional sweep: div.rn instead of the fast division; tile sizes; grid-stride programs
+    # 3. optional sweep of the launch-policy levers (first shape)
     if args.sweep:
         x = torch.randn(shapes[0], device=dev, dtype=torch.bfloat16)
-        main_kernels = [v for v in variants() if v[0] in COMPILED + ("delayed e4m3 +T", "block 1x128 +T")]
-        sweeps = [("div.rn", "_fast_div", lambda: False, variants()),
-                  ("cvt saturates", "_cvt_saturates", lambda: True, [v for v in variants() if v[1] == "fp8"]),
-                  ("blocks fast div", "_blocks_fast_div", lambda: True,
-                   [v for v in variants() if v[0].startswith(("block", "mxfp8"))])]
-        sweeps += [(f"tile {e}", "_tile_elems", (lambda _x, e=e: e), main_kernels) for e in (2048, 8192, 16384)]
-        progs = kq._max_programs
-        sweeps += [(f"programs x{f}", "_max_programs", (lambda _x, n, f=f: max(1, int(progs(_x, n) * f))), main_kernels)
-                   for f in (0.125, 0.5, 2)]
-        for label, attr, repl, vs in sweeps:
-            default = getattr(kq, attr)
-            setattr(kq, attr, repl)
-            try:
-                for v in vs:
-                    err = guarded(rows, f"{v[0]} ({label}) check", lambda: check(*v, x))
-                    if err != "":
-                        print(f"MISMATCH {v[0]} ({label}): {err}", flush=True)
-                    fused, _, _ = make_calls(*v, x)
-                    ms = guarded(rows, f"{v[0]} ({label})", lambda: timer(fused))
-                    if ms is not None:
-                        rows.append(_row(shapes[0], f"{v[0]} ({label})", "lowbit", ms, *nbytes(*v, shapes[0]),
-                                         copy_gbs, err == ""))
-            finally:
-                setattr(kq, attr, default)
-            save()
-            print(f"  sweep {label} done ({time.time() - t_start:.0f} s)", flush=True)
+        run_sweep(args, x, small, rows, copy, t_start, save)
 
+    report(rows, checks, copy, t_start)
+    save()
+
+
+def report(rows, checks, copy, t_start):
     n_bad = sum(not c["bit_exact"] for c in checks)
     print(f"\nbit-exact vs the torch reference on this device: {len(checks) - n_bad}/{len(checks)} checks"
           + ("" if not n_bad else f"  (MISMATCH: {sorted({c['variant'] for c in checks if not c['bit_exact']})})"))
     ours = [r for r in rows if r.get("impl") == "lowbit" and "(" not in r["variant"]]
-    print(f"lowbit at >= 80% of copy: {sum(r['%copy'] >= 80 for r in ours)}/{len(ours)} (ideal bytes), "
-          f"{sum(r.get('%copy moved', 0) >= 80 for r in ours)}/{len(ours)} (bytes moved)")
-    print(f"copy bandwidth {copy_gbs:.0f} GB/s; {time.time() - t_start:.0f} s in all; GB/s counts x read once and "
-          "the outputs written once, 'moved' what the kernels move\n")
-    print_table([r for r in rows if "impl" in r], ["shape", "variant", "impl", "ms", "GB/s", "%copy", "moved GB/s",
-                                                   "%copy moved", "exact"])
+    for key in ("%copy call", "%copy graph", "%copy kern", "%copy main"):
+        print(f"lowbit at >= 80% of copy ({key}): {sum(r.get(key, 0) >= 80 for r in ours)}/{len(ours)}")
+    print(f"{time.time() - t_start:.0f} s in all. copy GB/s: " + ", ".join(f"{k} {v:.0f}" for k, v in copy.items()))
+    print("call = eager do_bench of the Python call; graph = CUDA-graph replay of the call; kern = summed device "
+          "time of the call's kernels (torch.profiler, mean of 20 calls); main = the main cast kernel alone. "
+          "%copy X = ideal bytes / X vs the copy timed the same way; %moved kern = the bytes the kernels move.\n")
+    print_table([r for r in rows if "impl" in r],
+                ["shape", "variant", "impl", "call ms", "graph ms", "kern ms", "main ms", "%copy call", "%copy graph",
+                 "%copy kern", "%copy main", "%moved kern", "launches", "exact"])
     errors = [r for r in rows if "error" in r]
     if errors:
         print("\nerrors:")

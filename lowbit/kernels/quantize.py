@@ -20,19 +20,18 @@ powers of two up to 128; 2-D blocks on tensors of more than two dims; inputs the
 (it then raises its error). FP8 data keeps the memory layout of a 1-D/2-D x (as the reference's
 elementwise ops do); scales, FP4 data and the data of N-D inputs are contiguous.
 
-Launch choices (tiles of ~4096 elements, ~8 per thread; grid-stride programs where an atomic amax
-is reduced; the fast exact division) are in ``_tile*`` / ``_opts`` / ``_max_programs`` /
-``_fast_div``; ``benchmarks/quantize.py --sweep`` times the alternatives.
+Launch choices (tiles of ~4096 elements, ~8 per thread; grid-stride programs where an amax is
+reduced; the fast exact division; amax slots instead of a zero-filled atomic target) are the
+functions of ``quantize_policy``, read at each launch; ``benchmarks/quantize.py --sweep`` checks
+and times the alternatives.
 """
 from __future__ import annotations
 
-import functools
 import math
 from typing import Optional
 
 import torch
 import triton
-import triton.language as tl
 
 from ..dtypes.formats import E2M1
 from ..dtypes.fp4_tensor import FP4Tensor
@@ -41,6 +40,7 @@ from ..scaling.recipes import MX, NV, ROLES, Blockwise, Current, Delayed, Rowwis
 from . import quantize_fp4_kernels as _k4
 from . import quantize_fp8_block_kernels as _k8b
 from . import quantize_fp8_tensor_row_kernels as _k8t
+from . import quantize_policy as policy
 from .interpret import interpreting
 
 __all__ = ["quantize_fp8_triton", "quantize_fp8_t_triton", "quantize_fp4_triton", "SCAN_SPECS"]
@@ -50,60 +50,15 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _IN_KIND = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
-# ---- launch policy -----------------------------------------------------------------------------
-
-def _fast_div() -> bool:
-    """Per-element IEEE division by the two-step reciprocal (``quantize_jit_helpers._div_rn``)
-    rather than ``div.rn.f32``; both are exact. benchmarks/quantize.py times the two."""
-    return True
-
+# ---- machine and launch policy (``quantize_policy``: one function per choice, read at each launch) ----
 
 _interpreting = interpreting
-
-
-def _interpreted() -> bool:
-    """The kernels, and triton's own jit helpers (``tl.max``), were defined under TRITON_INTERPRET=1:
-    ``@triton.jit`` decides when it runs, so this cannot be switched later."""
-    from triton.runtime.jit import JITFunction
-    return type(_k8t._cast_tensor_kernel).__name__ == "InterpretedFunction" and not isinstance(tl.max, JITFunction)
+_interpreted = policy.interpreted
 
 
 def _runnable(x) -> bool:
     """CUDA; or CPU when TRITON_INTERPRET is set now and the kernels are interpreted ones."""
     return x.device.type == "cuda" or (x.device.type == "cpu" and _interpreting() and _interpreted())
-
-
-@functools.lru_cache(maxsize=None)
-def _gpu(index: int) -> tuple:
-    """(compute capability, SM count) of a CUDA device."""
-    props = torch.cuda.get_device_properties(index)
-    return (props.major, props.minor), props.multi_processor_count
-
-
-def _cvt_saturates() -> bool:
-    """Leave the saturation to ``cvt.rn.satfinite`` (no clamp before it): benchmarks/quantize.py
-    --sweep checks it bit-exact on the GPU and times it; off until that is seen."""
-    return False
-
-
-def _hw_cvt(x) -> int:
-    """``_encode_fp8``'s HW_CVT: the sm_89+ ``cvt.rn.satfinite`` float8 cast (exact RNE) on the GPU,
-    after a clamp (1) or alone (2, ``_cvt_saturates``); the arithmetic elsewhere (0)."""
-    if x.device.type == "cuda" and not _interpreted() and _gpu(x.device.index or 0)[0] >= (8, 9):
-        return 2 if _cvt_saturates() else 1
-    return 0
-
-
-def _max_programs(x, elems: int) -> int:
-    """Programs of the grid-stride kernels (one atomic each): 256 warps' worth per SM, i.e. several
-    waves of resident programs (16-warp programs of these kernels take 24-40 registers a thread
-    on sm_90: 3-4 resident per SM). Waves keep the SMs evenly loaded whatever the occupancy turns
-    out to be (one wave of exactly the resident count would leave a second, partial wave if a
-    compiler used a few more registers); each program still loops over several tiles, so the
-    atomics stay few (16 per SM)."""
-    if x.device.type == "cuda":
-        return _gpu(x.device.index or 0)[1] * max(1, 256 // _opts(elems)["num_warps"])
-    return 3  # the interpreter: a few programs, so the grid-stride loops run more than once
 
 
 def _accepts(x) -> bool:
@@ -131,21 +86,16 @@ def _fmt_consts(fmt) -> dict:
     return dict(FMAX=fmt.max, EMIN=fmt.emin, MBITS=fmt.mbits, IS_E4M3=fmt.name == "e4m3")
 
 
-def _tile_elems(x) -> int:
-    """Elements per tile: 4096 on the GPU; 16384 under the interpreter, whose cost is per operation."""
-    return 16384 if _interpreted() else 4096
-
-
 def _tile(x, R: int, C: int, max_c: int = 256):
-    """(BLOCK_R, BLOCK_C) of an elementwise tile: rows of up to ``max_c`` columns, ~``_tile_elems``."""
+    """(BLOCK_R, BLOCK_C) of an elementwise tile: rows of up to ``max_c`` columns, ~``tile_elems``."""
     bc = min(max_c, triton.next_power_of_2(C))
-    return max(1, min(_tile_elems(x) // bc, triton.next_power_of_2(R))), bc
+    return max(1, min(policy.tile_elems(x) // bc, triton.next_power_of_2(R))), bc
 
 
 def _tile_t(x, R: int, C: int):
     """Tile of the casts that also write the transposed copy: squarish, 64 columns on the GPU."""
-    bc = min(64 if _tile_elems(x) <= 8192 else 128, triton.next_power_of_2(C))
-    return max(1, min(128, _tile_elems(x) // bc, triton.next_power_of_2(R))), bc
+    bc = min(64 if policy.tile_elems(x) <= 8192 else 128, triton.next_power_of_2(C))
+    return max(1, min(128, policy.tile_elems(x) // bc, triton.next_power_of_2(R))), bc
 
 
 # ---- FP8 ---------------------------------------------------------------------------------------
@@ -170,119 +120,131 @@ def _fp8_plan(x, recipe, role, state, transposed: bool):
     return kind, fmt, block, block.t()
 
 
-def _opts(elems: int) -> dict:
-    """Launch options: no FP contraction (every op rounds as torch's does); ~8 elements per thread
-    (4 to 16 warps), which keeps these kernels near 64 registers and the SMs full of warps."""
-    return dict(enable_fp_fusion=False, num_warps=min(16, max(4, elems // 256)))
-
-
-def _flat_tiles(x2):
+def _flat_tiles(x2, elems: int):
     """(BLOCK_R, BLOCK_C, tiles) of a walk over contiguous ``x2`` as a flat array: consecutive
-    chunks of ``BLOCK_R x BLOCK_C`` (<= 512 columns, ~``_tile_elems``) elements."""
+    chunks of ``BLOCK_R x BLOCK_C`` (<= 512 columns, ~``elems``) elements."""
     n = x2.numel()
     bc = min(512, triton.next_power_of_2(n))
-    br = max(1, min(_tile_elems(x2), triton.next_power_of_2(n)) // bc)
+    br = max(1, min(elems, triton.next_power_of_2(n)) // bc)
     return br, bc, triton.cdiv(n, br * bc)
+
+
+def _fp32(x, *shape):
+    return torch.empty(shape, dtype=torch.float32, device=x.device)
 
 
 def _fp8_tensorwise(x2, q2, qt, kind, state, transposed, common):
     """Delayed: one pass (cast with the state's scale + amax), then the state update
     (``_delayed_update``). Current: the amax kernel, then the cast with ``amax_to_scale(amax)``.
-    Non-transposed contiguous x is walked as a flat array (``FLAT``). Returns the scale."""
+    The amax goes to one slot a program (``quantize_policy.*_amax_slots``) or, by atomic max, to a
+    zero-filled scalar. Non-transposed contiguous x is walked as a flat array (``FLAT``, the
+    ``stream_*`` geometry). Returns the scale."""
     R, C = x2.shape
     flat = not transposed and x2.is_contiguous() and q2.is_contiguous()
     if flat:
-        (br, bc, n_tiles), n_c = _flat_tiles(x2), 1
+        (br, bc, n_tiles), n_c = _flat_tiles(x2, policy.stream_elems(x2)), 1
+        opts = dict(enable_fp_fusion=False, num_warps=policy.stream_warps(br * bc))
+        programs = min(n_tiles, policy.stream_programs(x2, opts["num_warps"]))
+        prefetch = policy.stream_prefetch()
+        # 16+ elements a thread: the amax accumulator takes the max of each 8-vector first
+        vec = 8 if br * bc >= 16 * 32 * opts["num_warps"] and bc % 8 == 0 else 1
     else:
         br, bc = _tile_t(x2, R, C) if transposed else _tile(x2, R, C)
         n_c = triton.cdiv(C, bc)
         n_tiles = triton.cdiv(R, br) * n_c
-    grid = (min(n_tiles, _max_programs(x2, br * bc)),)
-    amax = torch.zeros((), dtype=torch.float32, device=x2.device)
-    if kind == "delayed":
+        opts, programs, prefetch = policy.opts(br * bc), min(n_tiles, policy.max_programs(x2, br * bc)), False
+        vec = 1
+    delayed = kind == "delayed"
+    slots = policy.delayed_amax_slots() if delayed else policy.current_amax_slots()
+    walk = dict(FLAT=flat, BLOCK_R=br, BLOCK_C=bc, PREFETCH=prefetch, AMAX_VEC=vec, **opts)
+    if delayed:
         scale = state.scale  # read by the cast before the update below replaces it (stream order)
+        n_amax = programs if slots else 1
     else:
-        scale = torch.empty((), dtype=torch.float32, device=x2.device)
-        _k8t._amax_kernel[grid](_arg(x2), amax, R, C, *x2.stride(), n_c, n_tiles, IN_BF16=common["IN_BF16"],
-                               FLAT=flat, BLOCK_R=br, BLOCK_C=bc, **_opts(br * bc))
-    _k8t._cast_tensor_kernel[grid](_arg(x2), q2, qt, scale, amax, R, C, *x2.stride(), *q2.stride(), n_c, n_tiles,
-                                  DELAYED=kind == "delayed", WRITE_T=transposed, FLAT=flat, BLOCK_R=br, BLOCK_C=bc,
-                                  **common, **_opts(br * bc))
-    if kind == "delayed":
-        scale = _delayed_update(state, amax)
+        scale = _fp32(x2)
+        n_amax = policy.current_amax_programs(x2, programs) if slots else 1
+    amax = _fp32(x2, n_amax) if slots else torch.zeros((), dtype=torch.float32, device=x2.device)
+    if not delayed:
+        _k8t._amax_kernel[(n_amax if slots else programs,)](_arg(x2), amax, R, C, *x2.stride(), n_c, n_tiles,
+                                                           IN_BF16=common["IN_BF16"], AMAX_SLOTS=slots, **walk)
+    _k8t._cast_tensor_kernel[(programs,)](
+        _arg(x2), q2, qt, scale, amax, R, C, *x2.stride(), *q2.stride(), n_c, n_tiles, n_amax, DELAYED=delayed,
+        WRITE_T=transposed, AMAX_SLOTS=delayed and slots, AMAX_BLOCK=1 if delayed else triton.next_power_of_2(n_amax),
+        **common, **walk)
+    if delayed:
+        scale = _delayed_update(state, amax, n_amax)
     return scale, scale
 
 
-def _delayed_update(state, amax):
-    """``state.update(amax)`` (one launch instead of a dozen small torch ops); returns a copy of the
-    scale from before the update, the one the cast used. A subclass that overrides ``update`` gets
-    its own method."""
+def _delayed_update(state, amax, n_amax: int):
+    """``state.update(max of the n_amax values of amax)`` (one launch instead of a dozen small torch
+    ops); returns a copy of the scale from before the update, the one the cast used. A subclass
+    that overrides ``update`` gets its own method."""
     from ..scaling.delayed import DelayedScalingState
     hist = state.amax_history
     if type(state).update is not DelayedScalingState.update or not (hist.is_contiguous() and hist.dim() == 1
                                                                      and hist.dtype == torch.float32):
         used = state.scale.detach().clone()
-        state.update(amax)
+        state.update(amax.reshape(()) if n_amax == 1 else amax.max())
         return used
-    used = torch.empty((), dtype=torch.float32, device=amax.device)
+    used = _fp32(amax)
     r = state.recipe
-    _k8t._delayed_update_kernel[(1,)](amax, hist, state.scale, used, hist.numel(), FMAX=state.fmt.max,
+    block = triton.next_power_of_2(n_amax)
+    _k8t._delayed_update_kernel[(1,)](amax, hist, state.scale, used, hist.numel(), n_amax, FMAX=state.fmt.max,
                                      MARGIN_MUL=2.0 ** r.margin, MOST_RECENT=r.amax_algo == "most_recent",
-                                     BLOCK=max(2, triton.next_power_of_2(hist.numel())), num_warps=1)
+                                     BLOCK=max(2, triton.next_power_of_2(hist.numel())), AMAX_BLOCK=block,
+                                     num_warps=1 if block <= 256 else 4)
     return used
 
 
 def _fp8_rowwise(x2, q2, qt, transposed, common):
-    """Without the transposed copy: one pass (``_cast_rows_kernel``, a program per few whole rows).
-    With it: row and column amax by the amax kernel, then the cast. Returns (row scales, column
-    scales)."""
+    """Without the transposed copy: one pass (``_cast_rows_kernel``, a program per few whole rows;
+    the ``stream_*`` geometry). With it: row and column amax by the amax kernel, then the cast.
+    Returns (row scales, column scales)."""
     R, C = x2.shape
-    fp32 = dict(dtype=torch.float32, device=x2.device)
     if not transposed:
         bc = min(1024, triton.next_power_of_2(C))
-        br = max(1, min(_tile_elems(x2) // bc, triton.next_power_of_2(R)))
-        scale = torch.empty(R, **fp32)
+        br = max(1, min(policy.stream_elems(x2) // bc, triton.next_power_of_2(R)))
+        scale = _fp32(x2, R)
         _k8t._cast_rows_kernel[(triton.cdiv(R, br),)](_arg(x2), q2, scale, R, C, *x2.stride(), *q2.stride(),
-                                                     BLOCK_R=br, BLOCK_C=bc, **common, **_opts(br * bc))
+                                                     BLOCK_R=br, BLOCK_C=bc, **common, enable_fp_fusion=False,
+                                                     num_warps=policy.stream_warps(br * bc))
         return scale, scale
     # pass 1: row and column amax, programs of ~256 rows x 128 columns
     bc = min(128, triton.next_power_of_2(C))
-    br = max(1, min(_tile_elems(x2) // bc, triton.next_power_of_2(R)))
+    br = max(1, min(policy.tile_elems(x2) // bc, triton.next_power_of_2(R)))
     rows_per_prog = br * max(1, 256 // br)
-    row_amax, col_amax = torch.zeros(R, **fp32), torch.zeros(C, **fp32)
+    row_amax = torch.zeros(R, dtype=torch.float32, device=x2.device)
+    col_amax = torch.zeros(C, dtype=torch.float32, device=x2.device)
     _k8t._row_col_amax_kernel[(triton.cdiv(R, rows_per_prog) * triton.cdiv(C, bc),)](
         _arg(x2), row_amax, col_amax, R, C, *x2.stride(), rows_per_prog, IN_BF16=common["IN_BF16"],
-        BLOCK_R=br, BLOCK_C=bc, **_opts(br * bc))
+        BLOCK_R=br, BLOCK_C=bc, **policy.opts(br * bc))
     # pass 2: both casts; tiles of 128 x 64 so that a thread's column scales serve several rows
     bc = min(64, triton.next_power_of_2(C))
-    br = max(1, min(128, 2 * _tile_elems(x2) // bc, triton.next_power_of_2(R)))
-    scale, st = torch.empty(R, **fp32), torch.empty(C, **fp32)
+    br = max(1, min(128, 2 * policy.tile_elems(x2) // bc, triton.next_power_of_2(R)))
+    scale, st = _fp32(x2, R), _fp32(x2, C)
     _k8t._cast_rowwise_kernel[(triton.cdiv(R, br) * triton.cdiv(C, bc),)](
         _arg(x2), row_amax, col_amax, q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), WRITE_T=True,
-        BLOCK_R=br, BLOCK_C=bc, **common, **dict(_opts(br * bc), num_warps=8))
+        BLOCK_R=br, BLOCK_C=bc, **common, **dict(policy.opts(br * bc), num_warps=8))
     return scale, st
-
-
-def _blocks_fast_div() -> bool:
-    """The block kernel divides by ``div.rn.f32`` per element, not by ``_fast_div``'s reciprocal:
-    the fast division's straight-line fma chains raise the 16-warp 1x128 kernel on sm_90 from 32 to
-    48 registers a thread (63 -> 102 with the transposed copy; triton 3.6), i.e. from 4 to 2 (2 to 1)
-    resident programs per SM; tests/kernels/test_quantize_kernels.py checks the launched counts."""
-    return False
 
 
 def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
     """Blockwise / MX in one pass over x. A program's tile holds whole blocks of both copies and is
-    worked through in chunks of ~``_tile_elems`` elements; only the tallest blocks (128x128, or the
-    128x1 blocks of a transposed 1x128 copy) may be taller than a chunk. Returns both scales."""
-    common = dict(common, FAST_DIV=_blocks_fast_div())
+    worked through in chunks of ~``tile_elems`` elements; only the tallest blocks (128x128, or the
+    128x1 blocks of a transposed 1x128 copy) may be taller than a chunk. With no block taller than
+    a chunk, a tile is ``block_chunks`` chunks tall. Returns both scales."""
+    common = dict(common, FAST_DIV=policy.blocks_fast_div())
     R, C = x2.shape
     mx = type(recipe) is MX
     heights = {block.rows, tblock.rows if transposed else 1}
-    tc = max(block.cols, tblock.cols if transposed else 1, min(_tile_elems(x2) // 32, triton.next_power_of_2(C)))
-    chunk = max([min(_tile_elems(x2) // tc, triton.next_power_of_2(R))]
+    elems = policy.tile_elems(x2)
+    tc = max(block.cols, tblock.cols if transposed else 1, min(elems // 32, triton.next_power_of_2(C)))
+    chunk = max([min(elems // tc, triton.next_power_of_2(R))]
                 + [h for h in heights if h < max(heights)])  # all but the tallest blocks fit a chunk
     tr = max(max(heights), chunk)
+    if tr == chunk:  # no tall blocks: a program may take several chunks
+        tr = chunk * max(1, min(policy.block_chunks(), triton.cdiv(R, chunk)))
     sdt = torch.uint8 if mx else torch.float32  # MX: E8M0 codes
     n_sc, n_stc = triton.cdiv(C, block.cols), triton.cdiv(R, tblock.rows)
     scale = torch.empty((triton.cdiv(R, block.rows), n_sc), dtype=sdt, device=x2.device)
@@ -291,7 +253,7 @@ def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
         _arg(x2), q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), n_sc, n_stc, WRITE_T=transposed,
         BR=block.rows, BC=block.cols, TBR=tblock.rows, TBC=tblock.cols, TILE_R=tr, TILE_C=tc, CHUNK_R=chunk, MX=mx,
         RCEIL=mx and recipe.scale_rule == "rceil", ELEM_EMAX=fmt.emax, LOG2_FMAX=math.frexp(fmt.max)[1] - 1,
-        **common, **_opts(chunk * tc))
+        **common, **policy.opts(chunk * tc))
     if mx:
         return scale.view(torch.float8_e8m0fnu), st.view(torch.float8_e8m0fnu)
     return scale, st
@@ -310,7 +272,8 @@ def _launch_fp8(x, recipe, role, state, transposed: bool):
                                                                                    device=x.device)
     q2 = _rows(q)
     qt = torch.empty((C, R), dtype=torch.uint8, device=x.device) if transposed else q2
-    common = dict(IN_BF16=x.dtype == torch.bfloat16, HW_CVT=_hw_cvt(x), FAST_DIV=_fast_div(), **_fmt_consts(fmt))
+    common = dict(IN_BF16=x.dtype == torch.bfloat16, HW_CVT=policy.hw_cvt(x), FAST_DIV=policy.fast_div(),
+                  LEAN=policy.lean_cast(), **_fmt_consts(fmt))
     if kind in ("delayed", "current"):
         scale, st = _fp8_tensorwise(x2, q2, qt, kind, state, transposed, common)
     elif kind == "rowwise":
@@ -377,16 +340,16 @@ def quantize_fp4_triton(x: torch.Tensor, recipe, role: str = "input", generator:
     tr, tc = max(tr, block.rows), max(tc, block.cols, 16)  # whole blocks and Hadamard groups per tile
     amax = torch.zeros((), dtype=torch.float32, device=dev)
     signs_arg = amax if signs is None else signs
-    common = dict(IN_KIND=_IN_KIND[x.dtype], HADAMARD=signs is not None, TILE_R=tr, TILE_C=tc, **_opts(tr * tc))
+    common = dict(IN_KIND=_IN_KIND[x.dtype], HADAMARD=signs is not None, TILE_R=tr, TILE_C=tc, **policy.opts(tr * tc))
     if nv and signs is None and x2.is_contiguous():  # the tensor amax over flat chunks, as for FP8
-        br, bc, n_tiles = _flat_tiles(x2)
-        _k8t._amax_kernel[(min(n_tiles, _max_programs(x2, br * bc)),)](
+        br, bc, n_tiles = _flat_tiles(x2, policy.tile_elems(x2))
+        _k8t._amax_kernel[(min(n_tiles, policy.max_programs(x2, br * bc)),)](
             _arg(x2), amax, R, C, *x2.stride(), 1, n_tiles, IN_BF16=x.dtype == torch.bfloat16, FLAT=True,
-            BLOCK_R=br, BLOCK_C=bc, **_opts(br * bc))
+            BLOCK_R=br, BLOCK_C=bc, AMAX_SLOTS=False, AMAX_VEC=1, PREFETCH=False, **policy.opts(br * bc))
     elif nv:
         n_c = triton.cdiv(C, tc)
         n_tiles = triton.cdiv(R, tr) * n_c
-        _k4._nv_amax_kernel[(min(n_tiles, _max_programs(x2, tr * tc)),)](
+        _k4._nv_amax_kernel[(min(n_tiles, policy.max_programs(x2, tr * tc)),)](
             _arg(x2), signs_arg, amax, R, C, *x2.stride(), n_c, n_tiles, **common)
     u = torch.rand(x.shape, generator=generator, device=dev, dtype=torch.float32) if stochastic else amax
     q = torch.empty((R, C // 2), dtype=torch.uint8, device=dev)
@@ -395,7 +358,7 @@ def quantize_fp4_triton(x: torch.Tensor, recipe, role: str = "input", generator:
     g = (torch.empty if nv else torch.ones)((), dtype=torch.float32, device=dev)
     _k4._fp4_cast_kernel[(triton.cdiv(R, tr) * triton.cdiv(C, tc),)](
         _arg(x2), signs_arg, u, amax, q, scale, g, R, C, *x2.stride(), n_sc, NV=nv, STOCHASTIC=stochastic,
-        RCEIL=(not nv) and recipe.scale_rule == "rceil", FAST_DIV=_fast_div(), BR=block.rows, BC=block.cols,
+        RCEIL=(not nv) and recipe.scale_rule == "rceil", FAST_DIV=policy.fast_div(), BR=block.rows, BC=block.cols,
         **common)
     sdt = torch.float8_e4m3fn if nv else torch.float8_e8m0fnu
     return FP4Tensor(q.reshape(*x.shape[:-1], C // 2), scale.view(sdt).reshape(block.scale_shape(x.shape)), g,

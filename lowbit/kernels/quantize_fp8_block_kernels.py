@@ -6,11 +6,13 @@ and scales, per (BR, BC) block b of x:
     amax_b = max over b of the finite |x|   (NaN and inf count 0)
     Blockwise: s_b = amax_b / fmax (IEEE; 1 when amax_b is 0 or the quotient is 0 / not finite),
                q = RNE_fmt(clamp(RN(fp32(x) / s_b), -fmax, fmax))  by ``_div_rn``: ``div.rn.f32`` as
-               launched (``quantize._blocks_fast_div``: fewer registers), the exact reciprocal with ``FAST_DIV``
+               launched (``quantize_policy.blocks_fast_div``: fewer registers), the exact reciprocal with ``FAST_DIV``
     MX:        s_b = 2^k (E8M0 code k + 127; k by the floor / rceil rule, ``_mx_exponent``),
                q = RNE_fmt(clamp(x * 2^-k, -fmax, fmax))  (x / 2^k == x * 2^-k exactly);
                a block holding NaN gets code 0xFF and every element the NaN code
     NaN -> 0x7F | sign (torch's float8 NaN codes)
+
+``LEAN``: the same bits by ``quantize_jit_helpers``' lean encode (magnitude and sign apart).
 
 The helpers and their proofs are in ``quantize_jit_helpers``. With the transposed copy, ``qt`` is
 the quantization of ``x.t()`` with its own blocks and scales, written by the same pass.
@@ -20,8 +22,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .quantize_jit_helpers import _amax_to_scale, _block_expand, _block_max, _div_parts, _div_rn, _encode_fp8, \
-    _finite_abs, _load_f32, _mx_exponent, _pow2, scan_spec
+from .quantize_jit_helpers import _amax_to_scale, _block_expand, _block_max, _div_parts, _encode_fp8, \
+    _encode_fp8_lean, _finite_abs, _load_f32, _mx_exponent, _pow2, _quantize_fp8, scan_spec
 
 __all__ = ["SCAN_SPECS"]
 
@@ -59,14 +61,19 @@ def _store_block_scales(scale, rows0, cols0, R, C, s_ptr, s_stride_r, s_stride_c
 @triton.jit
 def _quantize_chunk(x, pa, pb, pc, q_ptrs, mask, CHUNK_R: tl.constexpr, TILE_C: tl.constexpr, BC: tl.constexpr,
                     ER: tl.constexpr, MX: tl.constexpr, FMAX: tl.constexpr, EMIN: tl.constexpr, MBITS: tl.constexpr,
-                    IS_E4M3: tl.constexpr, HW_CVT: tl.constexpr, FAST_DIV: tl.constexpr):
+                    IS_E4M3: tl.constexpr, HW_CVT: tl.constexpr, FAST_DIV: tl.constexpr, LEAN: tl.constexpr):
     """Quantize a (CHUNK_R, TILE_C) chunk with the ``_block_parts`` factors of its (ER, BC) blocks."""
     if MX:
         y = x * _block_expand(pa, CHUNK_R, TILE_C, ER, BC)
+        if LEAN:
+            q = _encode_fp8_lean(y, y, FMAX, EMIN, MBITS, IS_E4M3, HW_CVT).to(tl.uint8)
+        else:
+            q = _encode_fp8(y, FMAX, EMIN, MBITS, IS_E4M3, HW_CVT).to(tl.uint8)
     else:
-        y = _div_rn(x, _block_expand(pa, CHUNK_R, TILE_C, ER, BC), _block_expand(pb, CHUNK_R, TILE_C, ER, BC),
-                    _block_expand(pc, CHUNK_R, TILE_C, ER, BC), FAST_DIV)
-    tl.store(q_ptrs, _encode_fp8(y, FMAX, EMIN, MBITS, IS_E4M3, HW_CVT).to(tl.uint8), mask=mask)
+        q = _quantize_fp8(x, _block_expand(pa, CHUNK_R, TILE_C, ER, BC), _block_expand(pb, CHUNK_R, TILE_C, ER, BC),
+                          _block_expand(pc, CHUNK_R, TILE_C, ER, BC), FMAX, EMIN, MBITS, IS_E4M3, HW_CVT, FAST_DIV,
+                          LEAN)
+    tl.store(q_ptrs, q, mask=mask)
 
 
 @triton.jit
@@ -87,7 +94,8 @@ def _cast_blocks_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, R, C, sxr, sxc, sqr
                         TBR: tl.constexpr, TBC: tl.constexpr, TILE_R: tl.constexpr, TILE_C: tl.constexpr,
                         CHUNK_R: tl.constexpr, MX: tl.constexpr, RCEIL: tl.constexpr, ELEM_EMAX: tl.constexpr,
                         LOG2_FMAX: tl.constexpr, FMAX: tl.constexpr, EMIN: tl.constexpr, MBITS: tl.constexpr,
-                        IS_E4M3: tl.constexpr, HW_CVT: tl.constexpr, FAST_DIV: tl.constexpr):
+                        IS_E4M3: tl.constexpr, HW_CVT: tl.constexpr, FAST_DIV: tl.constexpr,
+                        LEAN: tl.constexpr):
     """Block quantization with the scales computed in the program: (BR, BC) blocks -> ``q`` and
     scales ``s`` (``n_sc`` columns); with ``WRITE_T`` also ``qt``, the quantization of ``x.t()``
     with its own blocks, which are (TBR, TBC) blocks of x, scales ``st`` (``n_stc`` columns).
@@ -124,33 +132,33 @@ def _cast_blocks_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, R, C, sxr, sxc, sqr
         r64 = rows[:, None].to(tl.int64)
         if BR > CHUNK_R:
             _quantize_chunk(x, qa, qb, qc, q_ptr + r64 * sqr + c64 * sqc, mask, CHUNK_R, TILE_C, BC, CHUNK_R, MX,
-                            FMAX, EMIN, MBITS, IS_E4M3, HW_CVT, FAST_DIV)
+                            FMAX, EMIN, MBITS, IS_E4M3, HW_CVT, FAST_DIV, LEAN)
         else:
             s, pa, pb, pc = _block_parts(_block_max(a, CHUNK_R, TILE_C, BR, BC), MX, RCEIL, ELEM_EMAX, LOG2_FMAX,
                                          FMAX, FAST_DIV)
             _store_block_scales(s, r, cols0, R, C, s_ptr, n_sc, 1, CHUNK_R, TILE_C, BR, BC, BR)
             _quantize_chunk(x, pa, pb, pc, q_ptr + r64 * sqr + c64 * sqc, mask, CHUNK_R, TILE_C, BC, BR, MX,
-                            FMAX, EMIN, MBITS, IS_E4M3, HW_CVT, FAST_DIV)
+                            FMAX, EMIN, MBITS, IS_E4M3, HW_CVT, FAST_DIV, LEAN)
         if WRITE_T and TBR > CHUNK_R:
             _quantize_chunk(x, ta, tb, tc, qt_ptr + c64 * R + r64, mask, CHUNK_R, TILE_C, TBC, CHUNK_R, MX,
-                            FMAX, EMIN, MBITS, IS_E4M3, HW_CVT, FAST_DIV)
+                            FMAX, EMIN, MBITS, IS_E4M3, HW_CVT, FAST_DIV, LEAN)
         elif WRITE_T:
             s, pa, pb, pc = _block_parts(_block_max(a, CHUNK_R, TILE_C, TBR, TBC), MX, RCEIL, ELEM_EMAX, LOG2_FMAX,
                                          FMAX, FAST_DIV)
             _store_block_scales(s, r, cols0, R, C, st_ptr, 1, n_stc, CHUNK_R, TILE_C, TBR, TBC, TBR)
             _quantize_chunk(x, pa, pb, pc, qt_ptr + c64 * R + r64, mask, CHUNK_R, TILE_C, TBC, TBR, MX,
-                            FMAX, EMIN, MBITS, IS_E4M3, HW_CVT, FAST_DIV)
+                            FMAX, EMIN, MBITS, IS_E4M3, HW_CVT, FAST_DIV, LEAN)
 
 
 # ---- representative sm_90 compile configurations (the GPU launches; scanned by lowbit.fma_guard) --------
 
 _I32 = dict.fromkeys(("R", "C", "sxr", "sxc"), "i32")
-_E4M3 = dict(FMAX=448.0, EMIN=-6, MBITS=3, IS_E4M3=True, HW_CVT=1, FAST_DIV=False)  # as launched (_blocks_fast_div)
+_E4M3 = dict(FMAX=448.0, EMIN=-6, MBITS=3, IS_E4M3=True, HW_CVT=1, FAST_DIV=False)  # as launched (blocks_fast_div)
 
 SCAN_SPECS = (
     scan_spec(_cast_blocks_kernel,
               {"x_ptr": "*i16", "q_ptr": "*u8", "s_ptr": "*fp32", "qt_ptr": "*u8", "st_ptr": "*fp32", **_I32,
                "sqr": "i32", "sqc": "i32", "n_sc": "i32", "n_stc": "i32"},
               dict(IN_BF16=True, WRITE_T=True, BR=1, BC=128, TBR=128, TBC=1, TILE_R=128, TILE_C=128, CHUNK_R=32,
-                   MX=False, RCEIL=False, ELEM_EMAX=8, LOG2_FMAX=8, **_E4M3)),
+                   MX=False, RCEIL=False, ELEM_EMAX=8, LOG2_FMAX=8, LEAN=False, **_E4M3)),
 )

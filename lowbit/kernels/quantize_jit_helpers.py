@@ -21,6 +21,14 @@ bit with these pieces:
 * Rounding (``_encode_fp8``): on sm_89+ the hardware cast ``cvt.rn.satfinite`` (RNE, subnormals
   exact) after the clamp; elsewhere, and under ``TRITON_INTERPRET=1`` (whose own fp8 cast rounds
   half up), the reference's arithmetic (``_grid_round``). Both are exact, so both equal the reference.
+* Lean path (``_quantize_fp8`` with ``LEAN``; ``quantize._lean_cast``): the same bits with fewer
+  operations. The float8 code is built from the magnitude and the sign apart,
+  ``code(min(|y|, fmax)) | sign << 7`` (``_encode_fp8_lean``): the cast sees only ``|y|``, so the
+  fast division needs no sign fix-up (its magnitude is exact; the sign is read from
+  ``q0 = (x * 2^k) * RN(1 / s')``, whose sign is the quotient's for every x, zeros and NaN included:
+  ``s' > 0``, and a NaN made or carried by the product has the sign this device's arithmetic gives
+  it, as the reference's division), and the negated ``s'`` of the two remainders is computed once
+  per scale instead of once per element.
 * Scales from an amax: ``amax / fmax`` (IEEE division, as ``scaling.scales.div_exact`` on every
   device); 1 when amax is 0 or the quotient is 0 / not finite (``_amax_to_scale``). MX: ``2^k``
   from the exponent bits (floor / rceil rules, ``_mx_exponent``), applied as an exact
@@ -88,7 +96,8 @@ def _encode_fp8(y, FMAX: tl.constexpr, EMIN: tl.constexpr, MBITS: tl.constexpr,
     """float8 bits (int32) of the saturating RNE cast of fp32 ``y``; NaN -> 0x7F | sign.
     ``HW_CVT``: 0: the arithmetic (``_grid_round``); 1: clamp to +-fmax, then ``cvt.rn.satfinite``;
     2: ``cvt.rn.satfinite`` alone (it saturates out-of-range values and, per PTX, +-inf to +-fmax:
-    two operations an element fewer; benchmarks/quantize.py --sweep checks it on the GPU)."""
+    two operations an element fewer; benchmarks/quantize.py --sweep checks it on the GPU); 3: as 2
+    (only ``_encode_fp8_lean`` tells 3 from 2)."""
     sign = (y.to(tl.int32, bitcast=True) >> 31) & 1
     if HW_CVT > 0:
         if HW_CVT == 1:
@@ -117,13 +126,16 @@ def _amax_to_scale(amax, FMAX: tl.constexpr):
 @triton.jit
 def _div_parts(s, FAST_DIV: tl.constexpr):
     """Per-scale part of ``_div_rn``: (2^k, s' = s * 2^k, RN(1 / s')) with s' in [2^-23, 2) for a
-    positive finite s (a NaN s gives NaN parts). Without ``FAST_DIV``: (1, s, s)."""
+    positive finite s (a NaN s gives NaN parts; s = +inf gives (0, 1, 1): ``a = x * 0`` is the
+    signed zero of ``x / inf`` for finite x and the invalid-operation NaN for inf and NaN x, as
+    the division's). Without ``FAST_DIV``: (1, s, s)."""
     if FAST_DIV:
         e = ((s.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
         k = tl.minimum(tl.maximum(-e, -126), 126)
         p2k = ((k + 127) << 23).to(tl.float32, bitcast=True)
-        sp = s * p2k
-        return p2k, sp, tl.div_rn(1.0, sp)
+        inf = s == float("inf")
+        sp = tl.where(inf, 1.0, s * p2k)
+        return tl.where(inf, 0.0, p2k), sp, tl.div_rn(1.0, sp)
     else:
         return tl.full(s.shape, 1.0, tl.float32), s, s
 
@@ -142,6 +154,69 @@ def _div_rn(x, p2k, sp, ys, FAST_DIV: tl.constexpr):
         return tl.where(tl.abs(q0) < 1.2676506002282294e30, q, q0)  # NaN: q0's sign, as the device divides
     else:
         return tl.div_rn(x, sp)
+
+
+@triton.jit
+def _div_rn_lean(x, p2k, sp, ys, FAST_DIV: tl.constexpr):
+    """(y, s) for ``_encode_fp8_lean``: ``|y| = |RN(x / s)|`` (``_div_rn`` without its sign fix-up;
+    a zero quotient may carry the wrong sign) and ``s`` an fp32 with the quotient's sign: ``q0``
+    (module docstring). The remainders are ``fma(q, -s', a)`` with ``-s'`` loop-invariant: the same
+    values as ``_div_rn``'s ``fma(-q, s', a)`` up to the sign of a zero remainder, which moves
+    neither the next step's magnitude nor, through ``|y|``, the code. Without ``FAST_DIV``:
+    ``tl.div_rn`` (``div.rn.f32``), which is exact, sign included: (y, y)."""
+    if FAST_DIV:
+        a = x * p2k
+        q0 = a * ys
+        nsp = -sp
+        q = tl.fma(tl.fma(q0, nsp, a), ys, q0)
+        q = tl.fma(tl.fma(q, nsp, a), ys, q)
+        return tl.where(tl.abs(q0) < 1.2676506002282294e30, q, q0), q0
+    else:
+        y = tl.div_rn(x, sp)
+        return y, y
+
+
+@triton.jit
+def _encode_fp8_lean(y, s, FMAX: tl.constexpr, EMIN: tl.constexpr, MBITS: tl.constexpr,
+                     IS_E4M3: tl.constexpr, HW_CVT: tl.constexpr):
+    """float8 bits (int32) of the saturating RNE cast of a value of magnitude ``|y|`` and the sign
+    of ``s``: ``code(min(|y|, fmax)) | sign(s) << 7``, NaN -> ``0x7F | sign(s) << 7`` (what
+    ``_encode_fp8`` gives for ``y`` when ``sign(y) == sign(s)``). ``HW_CVT``: 0: the arithmetic
+    (``_grid_round``); 1 and 2: ``cvt.rn.satfinite`` of ``min(|y|, fmax)`` (one ``max`` with an
+    abs operand: the hardware min turns a NaN into fmax, code 0x7E for E4M3, 0x7B for E5M2),
+    then OR 0x7F where y is NaN (0x7E | 0x7F = 0x7B | 0x7F = 0x7F); 3: the min lets NaN through
+    (``min.NaN``) and the cast's own code for a positive NaN is kept, no NaN test: right where
+    ``cvt.rn.satfinite`` writes 0x7F for it (the block casts' "cvt nan" rows of 2026-12-01 saw
+    that for E4M3 on the H200; benchmarks/quantize.py --sweep checks it)."""
+    sgn = (s.to(tl.int32, bitcast=True) >> 24) & 0x80
+    if HW_CVT > 0:
+        if HW_CVT == 3:
+            m = tl.minimum(tl.abs(y), FMAX, propagate_nan=tl.PropagateNan.ALL)
+        else:
+            m = tl.minimum(tl.abs(y), FMAX)
+        if IS_E4M3:
+            bits = m.to(tl.float8e4nv).to(tl.uint8, bitcast=True).to(tl.int32)
+        else:
+            bits = m.to(tl.float8e5).to(tl.uint8, bitcast=True).to(tl.int32)
+        if HW_CVT != 3:
+            bits = bits | tl.where(y == y, 0, 0x7F)
+    else:
+        a = tl.where(y == y, tl.minimum(tl.abs(y), FMAX), 0.0)
+        code, _ = _grid_round(a, a, EMIN, MBITS, False)
+        bits = tl.where(y == y, code, 0x7F)
+    return bits | sgn
+
+
+@triton.jit
+def _quantize_fp8(x, p2k, sp, ys, FMAX: tl.constexpr, EMIN: tl.constexpr, MBITS: tl.constexpr,
+                  IS_E4M3: tl.constexpr, HW_CVT: tl.constexpr, FAST_DIV: tl.constexpr, LEAN: tl.constexpr):
+    """uint8 float8 codes of ``x / s`` from ``_div_parts(s)``: ``_encode_fp8(_div_rn(..))``, or
+    with ``LEAN`` the same bits by ``_encode_fp8_lean(*_div_rn_lean(..))``."""
+    if LEAN:
+        y, s = _div_rn_lean(x, p2k, sp, ys, FAST_DIV)
+        return _encode_fp8_lean(y, s, FMAX, EMIN, MBITS, IS_E4M3, HW_CVT).to(tl.uint8)
+    else:
+        return _encode_fp8(_div_rn(x, p2k, sp, ys, FAST_DIV), FMAX, EMIN, MBITS, IS_E4M3, HW_CVT).to(tl.uint8)
 
 
 @triton.jit

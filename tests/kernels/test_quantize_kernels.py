@@ -165,8 +165,8 @@ def test_delayed_state_subclass_keeps_its_update():
 
 
 def test_div_rn_path_bit_exact(monkeypatch):
-    """The per-element ``div.rn`` variant (``_fast_div`` off) gives the same bits."""
-    monkeypatch.setattr(kq, "_fast_div", lambda: False)
+    """The per-element ``div.rn`` variant (``quantize_policy.fast_div`` off) gives the same bits."""
+    monkeypatch.setattr(kq.policy, "fast_div", lambda: False)
     x = specials((37, 300), seed=17)
     for recipe, role in ((Current(), "grad"), (Rowwise(), "input"), (Blockwise(), "weight")):
         check_fp8(x, recipe, role, transposed=True)
@@ -174,9 +174,9 @@ def test_div_rn_path_bit_exact(monkeypatch):
 
 
 def test_blocks_fast_div_path_bit_exact(monkeypatch):
-    """The block kernel's fast-division variant (``_blocks_fast_div`` on; launched with ``div.rn``)
+    """The block kernel's fast-division variant (``quantize_policy.blocks_fast_div`` on; launched with ``div.rn``)
     gives the same bits."""
-    monkeypatch.setattr(kq, "_blocks_fast_div", lambda: True)
+    monkeypatch.setattr(kq.policy, "blocks_fast_div", lambda: True)
     x = specials((37, 300), seed=19)
     for role in ("input", "weight"):
         check_fp8(x, Blockwise(), role, transposed=True)
@@ -384,9 +384,10 @@ _PTX_SCRIPT = textwrap.dedent("""
         specs = [
             kh.scan_spec(k8._cast_tensor_kernel, {"x_ptr": "*fp32", "q_ptr": "*u8", "qt_ptr": "*u8",
                          "scale_ptr": "*fp32", "amax_ptr": "*fp32", **i32, "sqr": "i32", "sqc": "i32",
-                         "n_tiles_c": "i32", "n_tiles": "i32"},
+                         "n_tiles_c": "i32", "n_tiles": "i32", "n_amax": "i32"},
                          dict(IN_BF16=False, DELAYED=False, WRITE_T=False, HW_CVT=1, FAST_DIV=fast, FLAT=True, BLOCK_R=4,
-                              BLOCK_C=64, **E4M3)),
+                              BLOCK_C=64, LEAN=False, AMAX_SLOTS=False, AMAX_BLOCK=1, AMAX_VEC=1, PREFETCH=False,
+                              **E4M3)),
             kh.scan_spec(k4._fp4_cast_kernel, {"x_ptr": "*fp32", "signs_ptr": "*fp32", "u_ptr": "*fp32",
                          "amax_ptr": "*fp32", "q_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32", **i32, "n_sc": "i32"},
                          dict(IN_KIND=0, HADAMARD=True, NV=True, STOCHASTIC=True, RCEIL=False, FAST_DIV=fast, BR=1,
@@ -442,7 +443,8 @@ _BLOCKS_SCRIPT = textwrap.dedent("""
     ptr = {torch.int16: "*i16", torch.uint8: "*u8", torch.float32: "*fp32"}
     x = torch.empty(16384, 4096, dtype=torch.bfloat16, device="meta")
     block = Blockwise().granularity("input")
-    common = dict(IN_BF16=True, HW_CVT=1, FAST_DIV=kq._fast_div(), **kq._fmt_consts(E4M3))  # _launch_fp8 on sm_90
+    common = dict(IN_BF16=True, HW_CVT=1, FAST_DIV=kq.policy.fast_div(), LEAN=kq.policy.lean_cast(),
+                  **kq._fmt_consts(E4M3))  # _launch_fp8 on sm_90
     out = []
     for transposed in (False, True):
         kq._fp8_blocks(x, torch.empty(x.shape, dtype=torch.uint8, device="meta"),

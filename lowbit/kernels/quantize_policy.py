@@ -1,0 +1,183 @@
+"""Launch policy of the fused quantize kernels (``lowbit.kernels.quantize``): every choice the
+launchers make that changes no bit of any result, one function each.
+
+The launchers call these at every launch, through this module, so ``benchmarks/quantize.py
+--sweep`` (and ``benchmarks/quantize_sass.py``, the static sm_90 profile) can replace one function
+at a time, check the result bit-exact on the GPU and time it. The defaults are the choices timed
+on the H200; the levers that are off are off until a sweep has shown them exact and faster there:
+
+* element arithmetic: ``fast_div`` (the exact reciprocal division rather than ``div.rn.f32``),
+  ``blocks_fast_div``, ``lean_cast`` (the float8 code built from magnitude and sign apart,
+  ``quantize_jit_helpers._encode_fp8_lean``), ``cvt_saturates`` / ``cvt_handles_nan`` (what is left
+  to ``cvt.rn.satfinite``), through ``hw_cvt``;
+* geometry of the streaming casts (tensorwise flat walks, their amax kernel, one-pass rowwise):
+  ``stream_elems`` (elements of a tile), ``stream_warps``, ``stream_programs_per_sm`` (grid-stride
+  programs), ``stream_prefetch`` (the next tile's load issued before this tile is computed);
+  elements per thread = ``stream_elems / (32 * stream_warps)``: 8 is one 16-byte load and one
+  8-byte store a thread, 16 two 16-byte loads and one 16-byte store;
+* the other kernels: ``tile_elems``, ``opts``, ``max_programs``, ``block_chunks``;
+* launches: ``delayed_amax_slots`` / ``current_amax_slots``: the amax kernels write one slot a
+  program (read and reduced by the next kernel) instead of an atomic max into a zero-filled
+  scalar, so no zero-fill launch.
+
+Nothing here is read from the environment, and nothing is cached but the device properties.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from . import quantize_fp8_tensor_row_kernels as _k8t
+
+# ---- the machine ----------------------------------------------------------------------------------
+
+def interpreted() -> bool:
+    """The kernels, and triton's own jit helpers (``tl.max``), were defined under TRITON_INTERPRET=1:
+    ``@triton.jit`` decides when it runs, so this cannot be switched later."""
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+    return type(_k8t._cast_tensor_kernel).__name__ == "InterpretedFunction" and not isinstance(tl.max, JITFunction)
+
+
+@functools.lru_cache(maxsize=None)
+def gpu(index: int) -> tuple:
+    """(compute capability, SM count) of a CUDA device."""
+    props = torch.cuda.get_device_properties(index)
+    return (props.major, props.minor), props.multi_processor_count
+
+
+def sms(x) -> int:
+    """SMs of x's CUDA device."""
+    return gpu(x.device.index or 0)[1]
+
+
+# ---- element arithmetic -----------------------------------------------------------------------------
+
+def fast_div() -> bool:
+    """Per-element IEEE division by the two-step reciprocal (``quantize_jit_helpers._div_rn``)
+    rather than ``div.rn.f32``; both are exact."""
+    return True
+
+
+def blocks_fast_div() -> bool:
+    """The block kernel divides by ``div.rn.f32`` per element, not by ``fast_div``'s reciprocal:
+    the fast division's straight-line fma chains raise the 16-warp 1x128 kernel on sm_90 from 32 to
+    48 registers a thread (63 -> 102 with the transposed copy; triton 3.6), i.e. from 4 to 2 (2 to 1)
+    resident programs per SM; tests/kernels/test_quantize_kernels.py checks the launched counts."""
+    return False
+
+
+def lean_cast() -> bool:
+    """The lean float8 encode (``_encode_fp8_lean``: ``code(min(|y|, fmax)) | sign``, and the fast
+    division without its sign fix-up): the same bits with fewer instructions: the delayed cast as
+    launched on an H200 (sm_90, triton 3.6) has 25.6 SASS instructions an element in its loop,
+    20.9 with this, 15.4 with ``cvt_handles_nan`` too (benchmarks/quantize_sass.py). Off until the
+    sweep has seen it bit-exact and faster on the GPU."""
+    return False
+
+
+def cvt_saturates() -> bool:
+    """Leave the saturation to ``cvt.rn.satfinite`` (no clamp before it): benchmarks/quantize.py
+    --sweep checks it bit-exact on the GPU and times it; off until that is seen. (The lean encode
+    clamps either way: its clamp is the one ``max`` that also takes the absolute value.)"""
+    return False
+
+
+def cvt_handles_nan() -> bool:
+    """With ``lean_cast``: leave NaN to ``cvt.rn.satfinite`` too (its code for a positive NaN,
+    0x7F on the H200 for E4M3; no per-element NaN test): the sweep checks it on NaN inputs."""
+    return False
+
+
+def hw_cvt(x) -> int:
+    """``_encode_fp8``'s HW_CVT: the sm_89+ ``cvt.rn.satfinite`` float8 cast (exact RNE) on the GPU,
+    after a clamp (1), alone (2, ``cvt_saturates``), or also for NaN (3, ``cvt_handles_nan``: read by
+    the lean encode only); the arithmetic elsewhere (0)."""
+    if x.device.type == "cuda" and not interpreted() and gpu(x.device.index or 0)[0] >= (8, 9):
+        return 3 if cvt_handles_nan() else 2 if cvt_saturates() else 1
+    return 0
+
+
+# ---- geometry -----------------------------------------------------------------------------------------
+
+def tile_elems(x) -> int:
+    """Elements per tile: 4096 on the GPU; 16384 under the interpreter, whose cost is per operation."""
+    return 16384 if interpreted() else 4096
+
+
+def opts(elems: int) -> dict:
+    """Launch options: no FP contraction (every op rounds as torch's does); ~8 elements per thread
+    (4 to 16 warps), which keeps these kernels near 64 registers and the SMs full of warps."""
+    return dict(enable_fp_fusion=False, num_warps=min(16, max(4, elems // 256)))
+
+
+def max_programs(x, elems: int) -> int:
+    """Programs of the grid-stride kernels (one atomic each): 256 warps' worth per SM, i.e. several
+    waves of resident programs (16-warp programs of these kernels take 24-40 registers a thread
+    on sm_90: 3-4 resident per SM). Waves keep the SMs evenly loaded whatever the occupancy turns
+    out to be (one wave of exactly the resident count would leave a second, partial wave if a
+    compiler used a few more registers); each program still loops over several tiles, so the
+    atomics stay few (16 per SM)."""
+    if x.device.type == "cuda":
+        return sms(x) * max(1, 256 // opts(elems)["num_warps"])
+    return 3  # the interpreter: a few programs, so the grid-stride loops run more than once
+
+
+def stream_elems(x) -> int:
+    """Elements of one tile of the streaming casts (tensorwise flat walk and its amax kernel;
+    one-pass rowwise: a chunk of rows): ``tile_elems``."""
+    return tile_elems(x)
+
+
+def stream_warps(elems: int) -> int:
+    """Warps of the streaming casts' programs: ``opts``' (8 elements a thread)."""
+    return opts(elems)["num_warps"]
+
+
+def stream_programs_per_sm(num_warps: int) -> int:
+    """Grid-stride programs of the flat walks per SM: 256 warps' worth (``max_programs``)."""
+    return max(1, 256 // num_warps)
+
+
+def stream_programs(x, num_warps: int) -> int:
+    """Grid-stride programs of the flat walks: ``stream_programs_per_sm`` per SM on the GPU; 3
+    under the interpreter (the loops run more than once)."""
+    if x.device.type == "cuda":
+        return sms(x) * stream_programs_per_sm(num_warps)
+    return 3
+
+
+def stream_prefetch() -> bool:
+    """The flat walks load tile t + programs before computing tile t (two tiles in flight a thread)."""
+    return False
+
+
+def block_chunks() -> int:
+    """Chunks a block-cast program works through when no block is taller than a chunk (1x128, MX
+    1x32, 1x128 with no transposed copy): more than one spreads the program's fixed cost (tile
+    index division, scale-store set-up) over several chunks. On 2026-12-01 (H200, eager timing)
+    4 gave MX-FP8 1x32 0.0975 ms and block 1x128 0.122 ms, bit-exact."""
+    return 1
+
+
+# ---- launches ----------------------------------------------------------------------------------------
+
+def delayed_amax_slots() -> bool:
+    """Delayed scaling: the cast writes one amax slot a program and the state-update kernel reduces
+    them (two launches: cast, update), instead of an atomic max into a zero-filled scalar (three:
+    zero-fill, cast, update). Same amax (max is exact in any order), same state."""
+    return True
+
+
+def current_amax_programs(x, programs: int) -> int:
+    """Programs (and slots) of the amax kernel with ``current_amax_slots``: a quarter of the cast's,
+    about one wave, on the GPU; as many as the cast's under the interpreter."""
+    return max(1, programs // 4) if x.device.type == "cuda" else programs
+
+
+def current_amax_slots() -> bool:
+    """Current scaling: the amax kernel (one wave: ``max_programs // 4`` programs) writes one slot
+    a program and every cast program reduces them (two launches instead of three; each cast
+    program reads the slots from L2, ~2 KB)."""
+    return False

@@ -1,0 +1,230 @@
+"""The launch-policy levers of the fused quantize kernels (``lowbit.kernels.quantize_policy``), each
+bit-exact with the torch reference on the Triton CPU interpreter; the lean float8 encode
+exhaustively over bf16 inputs; delayed scaling with amax slots (state, odd scales, state_dict
+round trip); and the vector widths of the streaming casts as compiled for sm_90.
+
+Every value ``benchmarks/quantize.py --sweep`` times is here (the GPU-only cast variants,
+``cvt_saturates`` / ``cvt_handles_nan``, change nothing under the interpreter, which rounds with
+the arithmetic path: the sweep checks those on the GPU before it times them).
+"""
+import textwrap
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from lowbit.dtypes.formats import E4M3, E5M2
+from lowbit.dtypes.fp8_tensor import FP8Tensor
+from lowbit.dtypes.quantize import quantize
+from lowbit.kernels import cast
+from lowbit.kernels import quantize as kq
+from lowbit.kernels import quantize_jit_helpers as kh
+from lowbit.scaling.delayed import DelayedScalingState
+from lowbit.scaling.recipes import MX, Blockwise, Current, Delayed, Rowwise
+from sm90 import run_script
+from test_quantize_kernels import assert_bits, assert_fp8, check_fp8, specials
+
+# name -> {quantize_policy function: replacement}; the sweep's rows and more
+LEVERS = {
+    "lean": dict(lean_cast=lambda: True),
+    "lean div.rn": dict(lean_cast=lambda: True, fast_div=lambda: False),
+    "lean blocks fast div": dict(lean_cast=lambda: True, blocks_fast_div=lambda: True),
+    "atomic delayed amax": dict(delayed_amax_slots=lambda: False),
+    "current amax slots": dict(current_amax_slots=lambda: True),
+    "prefetch": dict(stream_prefetch=lambda: True),
+    "prefetch lean slots": dict(stream_prefetch=lambda: True, lean_cast=lambda: True, current_amax_slots=lambda: True),
+    "stream 2048": dict(stream_elems=lambda x: 2048),
+    "stream 8192, 8 warps": dict(stream_elems=lambda x: 8192, stream_warps=lambda e: 8),
+    "one program": dict(stream_programs=lambda x, w: 1),
+    "seven programs": dict(stream_programs=lambda x, w: 7),
+    "block chunks 2": dict(block_chunks=lambda: 2),
+    "block chunks 4": dict(block_chunks=lambda: 4),
+    "block chunks 8, lean": dict(block_chunks=lambda: 8, lean_cast=lambda: True),
+}
+
+# bf16 bit patterns: -qNaN, NaNs with payloads (both signs), +-inf, +-0, +-smallest subnormal,
+# +-largest subnormal, +-max, the E4M3 / E5M2 saturation edges
+_BF16_BITS = (0xFFC0, 0x7F81, 0xFF81, 0x7FFF, 0x7F80, 0xFF80, 0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x807F,
+              0x7F7F, 0xFF7F, 0x43E0, 0xC3E0, 0x43E1, 0x4760, 0xC761)
+
+
+def specials_bits(shape, dtype=torch.bfloat16, seed=0):
+    """``specials`` with the raw bf16 patterns above spread through it (a NaN's sign bit and
+    payload survive: no float conversion touches them; fp32/fp16 get the exact bf16 values)."""
+    x = specials(shape, seed=seed)
+    bits = x.view(torch.int16).view(-1)
+    for i, b in enumerate(_BF16_BITS):
+        bits[(i * 6133 + 5) % bits.numel()] = b - 65536 if b >= 32768 else b
+    if dtype == torch.bfloat16:
+        return x
+    f = (x.view(torch.int16).to(torch.int32) << 16).view(torch.float32)  # exact, NaN bits kept
+    return f if dtype == torch.float32 else f.to(dtype)
+
+
+def _delayed_steps(x_steps, recipe, role, what):
+    ref_state, state = (DelayedScalingState(recipe, recipe.format(role)) for _ in range(2))
+    for step, (x, transposed) in enumerate(x_steps):
+        if transposed:
+            q, qt = kq.quantize_fp8_t_triton(x, recipe, role, state)
+            rq, rqt = cast.quantize_fp8_t(x, recipe, role, ref_state, backend="torch")
+            assert_fp8(qt, rqt, f"{what} step {step} q_t")
+        else:
+            q = kq.quantize_fp8_triton(x, recipe, role, state)
+            rq = FP8Tensor.from_float(x, recipe, role, state=ref_state)
+        assert_fp8(q, rq, f"{what} step {step}")
+        assert_bits(state.amax_history, ref_state.amax_history, f"{what} step {step} amax history")
+        assert_bits(state.scale, ref_state.scale, f"{what} step {step} state scale")
+    return state, ref_state
+
+
+@pytest.mark.parametrize("lever", list(LEVERS))
+def test_lever_bit_exact(lever, monkeypatch):
+    for attr, fn in LEVERS[lever].items():
+        assert hasattr(kq.policy, attr), attr
+        monkeypatch.setattr(kq.policy, attr, fn)
+    x = specials_bits((37, 300), seed=30)  # partial tiles and blocks
+    big = specials_bits((160, 1100), seed=31)  # several tiles a program
+    recipe = Delayed(history_len=2, margin=1)
+    _delayed_steps([(x, False), (big * 8, False), (x, True), (big, False)], recipe, "input", lever)
+    _delayed_steps([(x.float(), False), (specials_bits((33, 160), torch.float16, seed=32), False)],
+                   Delayed(amax_algo="most_recent"), "grad", lever)
+    for xx in (x, big, specials_bits((33, 160), torch.float32, seed=33)):
+        check_fp8(xx, Current(), "input")
+        check_fp8(xx, Current(), "grad", transposed=True)
+        check_fp8(xx, Rowwise(), "input")
+        check_fp8(xx, MX(), "input")
+        check_fp8(xx, MX(elem="e5m2", scale_rule="rceil"), "grad")
+    check_fp8(x, Rowwise(), "grad", transposed=True)
+    check_fp8(big, Blockwise(), "input", transposed=True)
+    check_fp8(x, Blockwise(), "weight", transposed=True)
+    check_fp8(specials_bits((300, 256), seed=34), Blockwise(), "input")  # several 1x128 chunks a program
+
+
+@pytest.mark.parametrize("lean", [False, True])
+def test_delayed_odd_state_scales(lean, monkeypatch):
+    """A state scale of 0, inf, the smallest subnormal or near fp32 max (a loaded state_dict may
+    hold one): quotients of +-inf, NaN (0/0, inf/inf) and +-0, as the reference's division."""
+    monkeypatch.setattr(kq.policy, "lean_cast", lambda: lean)
+    x = specials_bits((16, 96), seed=35)
+    for s in (0.0, float("inf"), 2.0 ** -149, 3.4e38, 1e-30, 7.0):
+        recipe = Delayed(history_len=1)
+        state, ref_state = DelayedScalingState(recipe, E4M3), DelayedScalingState(recipe, E4M3)
+        state.scale.fill_(s)
+        ref_state.scale.fill_(s)
+        assert_fp8(kq.quantize_fp8_triton(x, recipe, "input", state),
+                   FP8Tensor.from_float(x, recipe, "input", state=ref_state), f"scale {s}")
+        assert_bits(state.scale, ref_state.scale, "state scale")
+
+
+def test_delayed_amax_slots_state_dict_round_trip():
+    """With the amax in slots the state is what it was: the same two buffers in the state_dict, and
+    a state loaded from it continues exactly as the reference's."""
+    recipe = Delayed(history_len=3)
+    x0, x1 = specials_bits((40, 200), seed=36), specials_bits((40, 200), seed=37) * 16
+    state, ref_state = _delayed_steps([(x0, False), (x1, False)], recipe, "input", "before")
+    assert kq.policy.delayed_amax_slots()
+    sd = state.state_dict()
+    assert sorted(sd) == ["amax_history", "scale"] and sorted(sd) == sorted(ref_state.state_dict())
+    for k in sd:
+        assert_bits(sd[k], ref_state.state_dict()[k], k)
+    loaded, ref_loaded = DelayedScalingState(recipe, E4M3), DelayedScalingState(recipe, E4M3)
+    loaded.load_state_dict(sd)
+    ref_loaded.load_state_dict(ref_state.state_dict())
+    assert bool(loaded.primed) == bool(ref_loaded.primed)
+    for step in range(2):
+        xs = specials_bits((40, 200), seed=38 + step)
+        assert_fp8(kq.quantize_fp8_triton(xs, recipe, "input", loaded),
+                   FP8Tensor.from_float(xs, recipe, "input", state=ref_loaded), f"after load, step {step}")
+        assert_bits(loaded.amax_history, ref_loaded.amax_history, "amax history")
+        assert_bits(loaded.scale, ref_loaded.scale, "state scale")
+
+
+@triton.jit
+def _code_probe_kernel(x_ptr, s_ptr, out_ptr, N, S: tl.constexpr, BLOCK: tl.constexpr, FAST_DIV: tl.constexpr,
+                       LEAN: tl.constexpr, FMAX: tl.constexpr, EMIN: tl.constexpr, MBITS: tl.constexpr,
+                       IS_E4M3: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < N, other=1.0)
+    s = tl.load(s_ptr + tl.arange(0, S))
+    p2k, sp, ys = kh._div_parts(s, FAST_DIV)
+    q = kh._quantize_fp8(x[None, :], p2k[:, None], sp[:, None], ys[:, None], FMAX, EMIN, MBITS, IS_E4M3, 0, FAST_DIV,
+                         LEAN)
+    tl.store(out_ptr + tl.arange(0, S)[:, None] * N + offs[None, :], q, mask=(offs < N)[None, :])
+
+
+@pytest.mark.parametrize("fmt", [E4M3, E5M2], ids=lambda f: f.name)
+def test_lean_codes_every_bf16(fmt):
+    """The lean path's codes (fast division and ``div.rn``) against ``quantize(x, fmt, s)`` for every
+    bf16 x (NaNs with either sign included) and scales from the smallest subnormal to near fp32 max,
+    0 and inf."""
+    g = torch.Generator().manual_seed(40)
+    x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()
+    special = torch.tensor([2.0 ** -149, 1e-41, 2.0 ** -126, 1.0, 2.0 ** -7, 1.9999999, 3.0e38, 2.0 ** 100, 1.0 / 3.0,
+                            5e-30, 448.0, 57344.0, 2.0 ** -100, 1.5 * 2.0 ** -140, 0.0, float("inf")])
+    amax = torch.rand(16, generator=g) * torch.exp2(torch.randint(-60, 60, (16,), generator=g).float())
+    s = torch.cat([special, amax / fmt.max]).float()
+    ref = quantize(x[None, :], fmt, s[:, None]).view(torch.uint8)
+    for fast in (True, False):
+        out = torch.empty(s.numel(), x.numel(), dtype=torch.uint8)
+        _code_probe_kernel[(triton.cdiv(x.numel(), 8192),)](
+            x, s, out, x.numel(), S=s.numel(), BLOCK=8192, FAST_DIV=fast, LEAN=True, FMAX=fmt.max, EMIN=fmt.emin,
+            MBITS=fmt.mbits, IS_E4M3=fmt.name == "e4m3")
+        assert_bits(out, ref, f"lean codes, fast division {fast}")
+
+
+_STREAM_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from benchmarks.quantize_sass import profile_rows
+    print(json.dumps(profile_rows(["delayed e4m3", "current e4m3"], (16384, 4096), json.loads(sys.argv[1]))))
+""")
+
+
+@pytest.mark.parametrize("sets, widths", [([], ([16], [8])),
+                                          (["stream_elems=8192", "lean_cast=True"], ([16], [16])),
+                                          (["stream_elems=4096", "stream_warps=8", "lean_cast=True"], ([16], [16]))])
+def test_sm90_stream_casts_vector_widths(sets, widths):
+    """The streaming casts as launched for a 16384x4096 bf16 input on an H200 (compiled for sm_90,
+    benchmarks/quantize_sass.py): 16-byte loads, and 8-byte stores at 8 elements a thread or
+    16-byte ones at 16 (``st.global.v4.b32``); no spills."""
+    import json
+    rows = run_script(_STREAM_SCRIPT, json.dumps(sets))
+    assert [r["kernel"] for r in rows] == ["_cast_tensor_kernel", "_amax_kernel", "_cast_tensor_kernel"], rows
+    for r in rows:
+        assert r["stack"] == 0 and r["ld_widths"] == widths[0] and r["ptx_ld_v4"], r
+        if r["kernel"] == "_cast_tensor_kernel":
+            assert r["st_widths"] == widths[1] and r["ptx_st_v4"] == (widths[1] == [16]), r
+
+
+_LEAN_PTX_SCRIPT = textwrap.dedent("""
+    import json, triton
+    from triton.compiler import ASTSource
+    from triton.backends.compiler import GPUTarget
+    from lowbit.kernels import quantize_fp8_tensor_row_kernels as k8, quantize_jit_helpers as kh
+    sig = {"x_ptr": "*i16", "q_ptr": "*u8", "qt_ptr": "*u8", "scale_ptr": "*fp32", "amax_ptr": "*fp32",
+           **dict.fromkeys(("R", "C", "sxr", "sxc", "sqr", "sqc", "n_tiles_c", "n_tiles", "n_amax"), "i32")}
+    out = []
+    for hw in (1, 3):
+        s = kh.scan_spec(k8._cast_tensor_kernel, sig, dict(
+            IN_BF16=True, DELAYED=False, WRITE_T=False, FMAX=448.0, EMIN=-6, MBITS=3, IS_E4M3=True, HW_CVT=hw,
+            FAST_DIV=True, FLAT=True, BLOCK_R=4, BLOCK_C=64, LEAN=True, AMAX_SLOTS=False, AMAX_BLOCK=1,
+            AMAX_VEC=1, PREFETCH=False))
+        src = ASTSource(s["kernel"], s["signature"], constexprs=s["constexprs"])
+        out.append(triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                                  options={"enable_fp_fusion": False, "num_warps": 1}).asm["ptx"])
+    print(json.dumps(out))
+""")
+
+
+def test_sm90_lean_cast_ptx():
+    """The lean path compiled for sm_90: the four fma of each fast division and no other (no
+    contraction), the two per-scale divisions, the RNE saturating float8 cast; ``cvt_handles_nan``
+    (HW_CVT 3) hands NaN to the cast through ``min.NaN`` instead of testing for it."""
+    ptx_hw1, ptx_hw3 = run_script(_LEAN_PTX_SCRIPT)
+    n_elem = 4 * 64 // 32  # elements a thread (one warp)
+    for ptx in (ptx_hw1, ptx_hw3):
+        assert ptx.count("fma.rn.f32") == 4 * n_elem and ptx.count("div.rn.f32") == 2
+        assert "div.full" not in ptx and "div.approx" not in ptx
+        assert "cvt.rn.satfinite.e4m3x2.f32" in ptx
+    assert "min.NaN.f32" in ptx_hw3 and "min.NaN.f32" not in ptx_hw1
+    assert "setp.nan.f32" in ptx_hw1 or "setp.num.f32" in ptx_hw1 or "setp.neu.f32" in ptx_hw1
