@@ -113,7 +113,7 @@ def main():
                 if ref:
                     row["rel_err_y"] = rel(y.detach(), ref["y"])
                     row["rel_err_dx"] = rel(x.grad, ref["gx"])
-                ms = bench_ms(step, warmup=10, rep=50)
+                ms = bench_ms(step, warmup=100, rep=300)  # ms: ~10 warm-up steps, ~30 timed
                 row["ms"] = ms
                 row["tflops"] = flops / ms * 1e-9
                 rows.append(row)

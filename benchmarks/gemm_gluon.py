@@ -16,8 +16,9 @@ hang names the case it hung in.
    bias; bf16 and fp32 out), 4096x4096x512 (several tiles per persistent program), 130x200x272
    (partial chunks, a fully out-of-bounds half stage), 64x512x256 (M < tile). Failures print the
    max-error location.
-2. Timing (configurations that passed), ``triton.testing.do_bench`` median, bf16 out, at 8192^3,
-   4096^3, 16384x14336x4096, 2048x4096x4096: cuBLAS precise and fast-accum (tensorwise), rowwise,
+2. Timing (configurations that passed), ``triton.testing.do_bench`` median (M <= 256: of CUDA-graph
+   replays, 20 calls a replay: the host launch would dominate), bf16 out, at 8192^3,
+   4096^3, 16384x14336x4096, 2048x4096x4096, 128x8192x8192, 16x8192x8192: cuBLAS precise and fast-accum (tensorwise), rowwise,
    blockwise (``F.scaled_mm`` / ``torch._scaled_mm``, via benchmarks/gemm.py's probe), lowbit's
    plain-Triton kernel, each Gluon configuration. TFLOP/s = 2MNK / t; ratio = cuBLAS precise time /
    this time (also vs cuBLAS fast-accum and vs lowbit's Triton kernel). Shapes stop when the
@@ -48,7 +49,8 @@ CHECKS = [  # (M, N, K, out dtype, bias); the first two also run for the non-def
 ]
 LITE = 2
 BENCH_CONFIGS = ("ws_s3", "ws_s3_g16", "wsfast_n256_s4", "k2_n128_s3_u2")  # default list; --configs for others
-SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (16384, 14336, 4096), (2048, 4096, 4096)]
+SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (16384, 14336, 4096), (2048, 4096, 4096), (128, 8192, 8192),
+          (16, 8192, 8192)]
 CASE_TIMEOUT = 90.0      # per check case / timed variant (the first includes compiling)
 SHAPE_TIMEOUT = 150.0    # per timed shape
 DEV = "cuda"             # "cpu" only under --cpu-smoke (TRITON_INTERPRET=1, tiny shapes: exercises the script)
@@ -175,7 +177,7 @@ def _wall_ms(fn):
 
 def child_time(M, N, K, configs):
     import torch
-    from benchmarks.common import bench_ms
+    from benchmarks.common import bench_ms, graph_ms
     from lowbit.kernels import gemm_gluon as gg
     from lowbit.kernels.gemm import fp8_scaled_mm
     shape = f"{M}x{N}x{K}"
@@ -192,7 +194,13 @@ def child_time(M, N, K, configs):
             row = dict(shape=shape, mode=mode, variant=variant, status="ok")
             if ref_out is not None:
                 row["diff_vs_anchor"] = _rel(out, ref_out.double())
-            ms = bench_ms(fn) if DEV == "cuda" else _wall_ms(fn)
+            if DEV != "cuda":
+                ms = _wall_ms(fn)
+            elif M <= 256:  # microseconds of GPU work: time CUDA-graph replays, not the host launch
+                ms = graph_ms([fn], rounds=20)
+                row["timing"] = "cuda graph"
+            else:
+                ms = bench_ms(fn)
             row.update(ms=ms, tflops=flops / (ms * 1e-3) / 1e12)
             emit("RESULT", **row)
             return out
@@ -306,6 +314,7 @@ def main():
     def extra(p):
         p.add_argument("--budget", type=float, default=240.0, help="seconds for the whole run")
         p.add_argument("--configs", default=None, help="comma-separated CONFIGS keys (default: all)")
+        p.add_argument("--shapes", default=None, help="comma-separated MxNxK to time (default: SHAPES)")
         p.add_argument("--child", nargs="*", default=None, help=argparse_hidden())
         p.add_argument("--cpu-smoke", action="store_true", help="exercise this script on the CPU under "
                        "TRITON_INTERPRET=1 with tiny shapes (the Gluon kernel declines; measures nothing)")
@@ -365,7 +374,8 @@ def main():
 
     # 2. timing, one child per shape
     timing = []
-    for (M, N, K) in (SHAPES[:1] if args.quick else SHAPES):
+    shapes = [tuple(map(int, x.split("x"))) for x in args.shapes.split(",")] if args.shapes else SHAPES
+    for (M, N, K) in (shapes[:1] if args.quick else shapes):
         if left() < 40:
             timing.append({"shape": f"{M}x{N}x{K}", "status": "skipped: time budget"})
             print(f"skipped {M}x{N}x{K}: budget", flush=True)

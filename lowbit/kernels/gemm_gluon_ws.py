@@ -169,6 +169,10 @@ if gl is not None:
                            use_acc=False, is_async=True)
         t1 = warpgroup_mma(a_bufs.index(slot * 4 + 2 + WG), b_bufs.index(slot * 2 + 1).permute((1, 0)), t1,
                            use_acc=False, is_async=True)
+        s0n = s0  # blockwise: the next stage's op 0 scale, loaded a stage ahead (L2 latency)
+        if MODE == 2:
+            s0n = _chunk_scale(sa_ptr, sb_ptr, off_m, pid_n, 2, n_chunks, M, stride_sam, stride_sak,
+                               stride_sbk, stride_sbn, rows, 64)
         t0 = warpgroup_mma_wait(1, deps=[t0])
         acc = _promote(acc, t0, s0, MODE)
         t1 = warpgroup_mma_wait(0, deps=[t1])
@@ -178,9 +182,10 @@ if gl is not None:
         # C7514); t1 holds the previous stage's op 1, retired, not yet promoted.
         for st in range(1, gl.cdiv(n_chunks, 2)):
             slot = c % STAGES
-            if MODE == 2:  # chunk 2 st's scale; the loads overlap the ready wait
-                s0 = _chunk_scale(sa_ptr, sb_ptr, off_m, pid_n, st * 2, n_chunks, M, stride_sam, stride_sak,
-                                  stride_sbk, stride_sbn, rows, 64)
+            if MODE == 2:  # this stage's op 0 scale came a stage ahead; fetch the next one's
+                s0 = s0n
+                s0n = _chunk_scale(sa_ptr, sb_ptr, off_m, pid_n, st * 2 + 2, n_chunks, M, stride_sam,
+                                   stride_sak, stride_sbk, stride_sbn, rows, 64)
             mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
             t0 = warpgroup_mma(a_bufs.index(slot * 4 + WG), b_bufs.index(slot * 2).permute((1, 0)), t0,
                                use_acc=False, is_async=True)
