@@ -24,9 +24,10 @@ from common import env_info, guarded, parse_args, print_table, write_json  # noq
 from ffn_train import SwiGLU, make_variant  # noqa: E402
 
 GROUPS = [  # (group, regex on the kernel name), first match wins
-    ("fp8/fp4 gemm", r"fp8_gemm|_gemm_ws|gemm_promote|scaled_mm|sm90_xmma_gemm_e4m3|e4m3|fp4_gemm|f8f6f4|cutlass.*fp8"),
+    ("fp8/fp4 gemm", r"fp8_gemm|_gemm_ws|gemm_promote|scaled_mm_tma|scaled_mm_kernel|e4m3|fp4_gemm|f8f6f4|"
+                     r"nvjet_sm90_q"),  # cuBLAS FP8 kernels: nvjet_sm90_q...
     ("bf16 gemm", r"gemm|xmma|cutlass|cublas|nvjet"),
-    ("cast/quantize", r"quant|cast|amax|_to_fp8|float8|scale"),
+    ("cast/quantize", r"quant|cast|amax|_to_fp8|float8|delayed_update|abs_max|reciprocal"),
     ("memset/copy", r"memset|memcpy|copy|fill"),
     ("fused/elementwise", r"triton_|elementwise|vectorized|silu|mul|add"),
     ("reduce", r"reduce"),
@@ -80,10 +81,16 @@ def profile(name: str, mode: str, steps: int = 5) -> dict:
         g[0] += us / steps
         g[1] += n / steps
     top = sorted(kernels.items(), key=lambda kv: -kv[1][0])[:15]
+    cpu = sorted((e for e in prof.key_averages() if e.self_cpu_time_total > 0),
+                 key=lambda e: -e.self_cpu_time_total)[:12]
+    cpu_ms = sum(e.self_cpu_time_total for e in prof.key_averages()) / steps / 1e3
     return {"variant": name, "mode": mode, "gpu_ms_per_step": total_us / 1e3, "wall_ms_per_step": wall_ms,
             "groups": {g: {"ms": us / 1e3, "launches": n, "share": us / total_us} for g, (us, n) in groups.items()},
             "top": [{"kernel": k[:110], "ms_per_step": us / steps / 1e3, "calls_per_step": n / steps}
-                    for k, (us, n) in top]}
+                    for k, (us, n) in top],
+            "host_ms_per_step": cpu_ms,
+            "host_top": [{"op": e.key[:110], "self_cpu_ms_per_step": e.self_cpu_time_total / steps / 1e3,
+                          "calls_per_step": e.count / steps} for e in cpu]}
 
 
 def main():
@@ -105,6 +112,8 @@ def main():
         print(f"\n{r['variant']} ({r['mode']}): {r['gpu_ms_per_step']:.3f} ms of GPU time a step, "
               f"{r['wall_ms_per_step']:.3f} ms wall")
         print_table(r["top"], ["kernel", "ms_per_step", "calls_per_step"])
+        print(f"host (self CPU time under the profiler): {r['host_ms_per_step']:.3f} ms a step")
+        print_table(r["host_top"], ["op", "self_cpu_ms_per_step", "calls_per_step"])
     if errors:
         print_table(errors, ["variant", "error"])
 

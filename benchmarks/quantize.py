@@ -29,7 +29,8 @@ Goal (issue 4): >= 80% of copy.
 ``--sweep``: the levers of ``lowbit.kernels.quantize_policy`` on the first shape, one row per
 lever set and variant, named ``variant (label)``, bit-exact check first (a row that is not exact is
 not timed), graph and kernel figures only; rows that would run past ``--budget`` seconds (whole
-run) are skipped and listed. Labels, in order (``sweep_rows``): ``lean`` / ``lean+nan`` (the lean
+run) are skipped and listed. Labels, in order (``sweep_rows``): ``session-3 defaults`` (plain encode,
+one chunk, 16-warp flat walks: the defaults before the session-4 sweep), ``lean`` / ``lean+nan`` (the lean
 float8 encode; +nan: ``cvt_handles_nan``), ``lean+nan best`` (with 16/thread, chunks 4, current
 slots), ``chunks N`` / ``chunks 4+lean+nan`` (block casts, N chunks a program), ``16/thread``,
 ``8w 16/thread``, ``prefetch``, ``16/thread prefetch`` (each on top of lean+nan), ``atomic amax``
@@ -272,7 +273,10 @@ def sweep_rows():
     blocks = _named("block 1x128", "mxfp8 1x32")
     lean = dict(lean_cast=T)
     lean_nan = dict(lean_cast=T, cvt_handles_nan=T)
-    rows = [("lean", lean, fp8), ("lean+nan", lean_nan, fp8),
+    F = lambda: False  # noqa: E731
+    prev = dict(lean_cast=F, cvt_handles_nan=F, block_chunks=lambda: 1,
+                stream_warps=lambda e: kq.policy.opts(e)["num_warps"])
+    rows = [("session-3 defaults", prev, fp8), ("lean", lean, fp8), ("lean+nan", lean_nan, fp8),
             ("lean+nan best", dict(lean_nan, stream_elems=lambda x: 8192, block_chunks=lambda: 4,
                                    current_amax_slots=T), fp8)]
     rows += [(f"chunks {n}", dict(block_chunks=lambda n=n: n), blocks) for n in (2, 4, 8)]

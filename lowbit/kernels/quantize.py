@@ -208,7 +208,7 @@ def _fp8_rowwise(x2, q2, qt, transposed, common):
         scale = _fp32(x2, R)
         _k8t._cast_rows_kernel[(triton.cdiv(R, br),)](_arg(x2), q2, scale, R, C, *x2.stride(), *q2.stride(),
                                                      BLOCK_R=br, BLOCK_C=bc, **common, enable_fp_fusion=False,
-                                                     num_warps=policy.stream_warps(br * bc))
+                                                     num_warps=policy.rows_warps(br * bc))
         return scale, scale
     # pass 1: row and column amax, programs of ~256 rows x 128 columns
     bc = min(128, triton.next_power_of_2(C))
@@ -223,9 +223,11 @@ def _fp8_rowwise(x2, q2, qt, transposed, common):
     bc = min(64, triton.next_power_of_2(C))
     br = max(1, min(128, 2 * policy.tile_elems(x2) // bc, triton.next_power_of_2(R)))
     scale, st = _fp32(x2, R), _fp32(x2, C)
+    # the plain encode here: with the lean one this kernel's codes differed on the H200 (session 4
+    # sweep; bit-exact under the interpreter, so a GPU-only difference, not yet found)
     _k8t._cast_rowwise_kernel[(triton.cdiv(R, br) * triton.cdiv(C, bc),)](
         _arg(x2), row_amax, col_amax, q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), WRITE_T=True,
-        BLOCK_R=br, BLOCK_C=bc, **common, **dict(policy.opts(br * bc), num_warps=8))
+        BLOCK_R=br, BLOCK_C=bc, **dict(common, LEAN=False), **dict(policy.opts(br * bc), num_warps=8))
     return scale, st
 
 

@@ -180,7 +180,7 @@ _STREAM_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("sets, widths", [([], ([16], [8])),
+@pytest.mark.parametrize("sets, widths", [([], ([16], [16])), (["stream_warps=16", "lean_cast=False"], ([16], [8])),
                                           (["stream_elems=8192", "lean_cast=True"], ([16], [16])),
                                           (["stream_elems=4096", "stream_warps=8", "lean_cast=True"], ([16], [16]))])
 def test_sm90_stream_casts_vector_widths(sets, widths):
