@@ -112,7 +112,7 @@ def _wo_kernel(x_ptr, w_ptr, s_ptr, g_ptr, c_ptr, part_ptr, lock_ptr, bias_ptr, 
                SBLOCK: tl.constexpr, SROWS: tl.constexpr, MX: tl.constexpr, SPLIT_K: tl.constexpr,
                REDUCE: tl.constexpr, HAS_BIAS: tl.constexpr, ASM: tl.constexpr, EVEN_K: tl.constexpr,
                DOT_DTYPE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-               PIPE_SCALES: tl.constexpr = True):
+               PIPE_SCALES: tl.constexpr = True, DECODE: tl.constexpr = 1):  # DEFAULT_DECODE
     """One (n-tile, K split, m-tile) program: ``acc = W'[n-tile, split] @ X[m-tile, split]^T``, then
     the epilogue (SPLIT_K == 1), or a partial (REDUCE 1), or a partial and the last-arriving fixup
     (REDUCE 2). Grid: (n_tiles * SPLIT_K, m_tiles), the splits of a tile adjacent."""
@@ -143,8 +143,8 @@ def _wo_kernel(x_ptr, w_ptr, s_ptr, g_ptr, c_ptr, part_ptr, lock_ptr, bias_ptr, 
             s_next = _scale_bytes(s_ptr, cols, stride_s, k_next, K, WORDS, SBLOCK, SROWS, EVEN_K)
         w = _words(w_ptr, cols, stride_w, k0, K, WORDS, EVEN_K)
         sw = _block_scales(s, WORDS, SBLOCK, MX, ASM, DOT_DTYPE)
-        wc = _decode_cat(w, sw, MX, ASM, DOT_DTYPE, BLOCK_N, WORDS, ASM)
-        x = _x_tile(x_ptr, xrows, stride_xm, k0, K, WORDS, BLOCK_M, EVEN_K, DOT_DTYPE)
+        wc = _decode_cat(w, sw, MX, ASM, DOT_DTYPE, BLOCK_N, WORDS, ASM, DECODE)
+        x = _x_tile(x_ptr, xrows, stride_xm, k0, K, WORDS, BLOCK_M, EVEN_K, DOT_DTYPE, DECODE)
         acc = tl.dot(wc, tl.trans(x), acc)
     offs_n = off_n + tl.arange(0, BLOCK_N)
     offs_m = off_m + tl.arange(0, BLOCK_M)
@@ -203,6 +203,7 @@ def _wo_reduce_kernel(part_ptr, g_ptr, c_ptr, bias_ptr, M, N, stride_cm, stride_
 
 
 # ---- configurations (H200) -------------------------------------------------------------------------
+DEFAULT_DECODE = 1  # the kernel's default DECODE (a constexpr default: keep the two equal)
 _MAXNREG = "maxnreg" in inspect.signature(triton.Config).parameters
 
 
@@ -299,8 +300,8 @@ def weight_only_support(a, b) -> Optional[str]:
     return f._kn_reason(a, b)
 
 
-_CONFIG_KEYS = ("BLOCK_N", "BLOCK_M", "BLOCK_K", "SPLIT_K", "REDUCE", "PIPE_SCALES", "num_warps", "num_stages",
-                "maxnreg")
+_CONFIG_KEYS = ("BLOCK_N", "BLOCK_M", "BLOCK_K", "SPLIT_K", "REDUCE", "PIPE_SCALES", "DECODE", "num_warps",
+                "num_stages", "maxnreg")
 
 
 def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = None,
@@ -343,6 +344,8 @@ def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = No
             fixed["REDUCE"] = 0
         elif fixed["REDUCE"] not in (1, 2):
             raise ValueError("fp4_weight_only_mm: REDUCE must be 1 or 2 with SPLIT_K > 1")
+        if fixed.get("DECODE", DEFAULT_DECODE) not in (0, 1, 2):
+            raise ValueError(f"fp4_weight_only_mm: DECODE must be 0, 1 or 2, got {fixed['DECODE']!r}")
         if fixed["BLOCK_K"] % blk:
             raise ValueError(f"fp4_weight_only_mm: BLOCK_K {fixed['BLOCK_K']} must hold whole {blk}-blocks")
         fixed["EVEN_K"] = K % fixed["BLOCK_K"] == 0
