@@ -114,6 +114,7 @@ def compile_wo(cfg: dict, sblock=16, srows=16, mx=False):
     c.setdefault("REDUCE", 2 if c["SPLIT_K"] > 1 else 0)
     c.setdefault("PIPE_SCALES", wo.pipe_scales(c["BLOCK_N"], c["BLOCK_K"], sblock, warps))
     c.setdefault("DECODE", wo.DEFAULT_DECODE)
+    c.setdefault("SLOT_DOTS", False)
     cx = dict(SBLOCK=sblock, SROWS=srows, MX=mx, HAS_BIAS=False, ASM=True, EVEN_K=True, DOT_DTYPE=tl.bfloat16,
               stride_cn=1, **c)
     cx = {k: v for k, v in cx.items() if k in fn.arg_names}
@@ -144,11 +145,11 @@ def main():
     import triton
     from benchmarks.fp4_weight_only import AB_M16
     rows = []
-    todo = [(name, cfg) for name, cfg in AB_M16 if not args.names or any(s in name for s in args.names)]
+    todo = [(name, cfg) for name, cfg, _ in AB_M16 if not args.names or any(s in name for s in args.names)]
     if args.decode:
         todo = [(f"{name} decode{d}", {**cfg, "DECODE": d}) for name, cfg in todo for d in args.decode]
     for name, cfg in todo:
-        full = dict(BLOCK_M=16, **cfg)
+        full = {"BLOCK_M": 16, **cfg}
         comp, warps = compile_wo(full)
         a = analyse(comp, full["BLOCK_N"] * full["BLOCK_K"] // (32 * warps))
         a.update(name=name, ctas_per_sm=residency(a["regs"], a["shared"], warps), warps=warps,

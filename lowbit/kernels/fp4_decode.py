@@ -1,6 +1,10 @@
 """FP4 decode helpers shared by the FP4 GEMMs (``fp4_gemm``: FP4 x FP4; ``fp4_weight_only``: bf16 x FP4).
 
-See ``fp4_gemm``'s docstring for the slot-major K order and the exactness of the decode.
+See ``fp4_gemm``'s docstring for the slot-major K order and the exactness of the decode. Three
+PTX decodes of the same exact values (``_asm_body``; costs in ``fp4_weight_only``'s docstring):
+DECODE 0 and 1 produce the same tensors (element j of every word), DECODE 2 another K order
+within each pair of words, which ``_x_slots`` / ``_x_tile`` give the activations too. The
+portable path (interpreter, fp16, not sm_90) computes the same values in fp32 for every DECODE.
 """
 from __future__ import annotations
 
@@ -173,14 +177,14 @@ def _decode_cat(w, s, MX: tl.constexpr, ASM: tl.constexpr, DTYPE: tl.constexpr, 
 
 
 @triton.jit
-def _x_tile(x_ptr, xrows, stride_xm, k0, K, WORDS: tl.constexpr, BLOCK_M: tl.constexpr,
-            EVEN_K: tl.constexpr, DOT_DTYPE: tl.constexpr, DECODE: tl.constexpr = 0):
-    """``X[m-tile, k0 : k0 + 8 WORDS]`` in one load, in the K order of ``_decode_cat``: column
-    ``x WORDS + w`` holds element ``k0 + e(w, x)``. DECODE 0 / 1: ``e = 8w + x`` (a contiguous load,
-    then a transpose). DECODE 2: ``e = 16 (w // 2) + 8 (x // 4) + 4 (w % 2) + x % 4`` (the pointers
-    gather runs of 4 elements, 8 bytes, then the same transpose): the 16 elements of the words
-    (2v, 2v + 1) with two index bits swapped. K is a multiple of 32, so a pair of words lies
-    wholly inside K or past it (one mask per pair)."""
+def _x_slots(x_ptr, xrows, stride_xm, k0, K, WORDS: tl.constexpr, EVEN_K: tl.constexpr,
+             DOT_DTYPE: tl.constexpr, DECODE: tl.constexpr = 0):
+    """``X[m-tile, k0 : k0 + 8 WORDS]`` as ``(BLOCK_M, WORDS, 8)``: ``[m, w, x]`` = element
+    ``k0 + e(w, x)``, the element that slot x of word w of the decode multiplies. DECODE 0 / 1:
+    ``e = 8w + x`` (one contiguous load). DECODE 2: ``e = 16 (w // 2) + 8 (x // 4) + 4 (w % 2) + x % 4``
+    (the pointers gather runs of 4 elements, 8 bytes): the 16 elements of the words (2v, 2v + 1)
+    with two index bits swapped. K is a multiple of 32, so a pair of words lies wholly inside K
+    or past it (one mask per pair)."""
     wi = tl.arange(0, WORDS)
     j = tl.arange(0, 8)
     if DECODE == 2:
@@ -196,4 +200,27 @@ def _x_tile(x_ptr, xrows, stride_xm, k0, K, WORDS: tl.constexpr, BLOCK_M: tl.con
         x = tl.load(ptrs)
     else:
         x = tl.load(ptrs, mask=inside[None, :, None], other=0.0)
-    return tl.reshape(tl.permute(x.to(DOT_DTYPE), (0, 2, 1)), (BLOCK_M, 8 * WORDS))
+    return x.to(DOT_DTYPE)
+
+
+@triton.jit
+def _x_tile(x_ptr, xrows, stride_xm, k0, K, WORDS: tl.constexpr, BLOCK_M: tl.constexpr,
+            EVEN_K: tl.constexpr, DOT_DTYPE: tl.constexpr, DECODE: tl.constexpr = 0):
+    """``_x_slots`` in the K order of ``_decode_cat``: column ``x WORDS + w`` = ``[m, w, x]``."""
+    x = _x_slots(x_ptr, xrows, stride_xm, k0, K, WORDS, EVEN_K, DOT_DTYPE, DECODE)
+    return tl.reshape(tl.permute(x, (0, 2, 1)), (BLOCK_M, 8 * WORDS))
+
+
+@triton.jit
+def _split8(x):
+    """``(A, B, 8)`` -> the 8 tensors ``x[:, :, j]`` (splits of size-2 dimensions)."""
+    A: tl.constexpr = x.shape[0]
+    B: tl.constexpr = x.shape[1]
+    e, o = tl.split(tl.reshape(x, (A, B, 4, 2)))  # j = 2a + b: b = 0 / 1
+    e0, e1 = tl.split(tl.reshape(e, (A, B, 2, 2)))  # a = 2c + d: d = 0 / 1
+    o0, o1 = tl.split(tl.reshape(o, (A, B, 2, 2)))
+    x0, x4 = tl.split(e0)
+    x2, x6 = tl.split(e1)
+    x1, x5 = tl.split(o0)
+    x3, x7 = tl.split(o1)
+    return x0, x1, x2, x3, x4, x5, x6, x7

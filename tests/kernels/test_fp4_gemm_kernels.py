@@ -74,30 +74,35 @@ WO_SHAPES = [(1, 48, 160), (3, 80, 192), (17, 48, 256), (33, 16, 160)]  # M ragg
 
 @pytest.mark.parametrize("name", ["nv", "nv-1x16", "mx", "mx-64"])
 @pytest.mark.parametrize("M,N,K", WO_SHAPES)
-@pytest.mark.parametrize("split,reduce,decode", [(1, 0, 1), (3, 2, 1), (2, 1, 1), (1, 0, 2), (3, 2, 2)])
-def test_weight_only_ragged_shapes_splits_and_reductions(name, M, N, K, split, reduce, decode):
+@pytest.mark.parametrize("split,reduce,decode,slots", [(1, 0, 1, 0), (3, 2, 1, 0), (2, 1, 1, 0), (1, 0, 2, 0),
+                                                      (3, 2, 2, 0), (1, 0, 1, 1), (2, 2, 2, 1)])
+def test_weight_only_ragged_shapes_splits_and_reductions(name, M, N, K, split, reduce, decode, slots):
     """Ragged M / N, K a multiple of the K tile and not, no split, the last-arriving fixup (REDUCE 2)
     and the second kernel (REDUCE 1), scales in the loop or prefetched, both K orders of the
-    decode: all inside the FP32-accumulation bound of the exact product."""
+    decode, one dot per K step or one per slot (BLOCK_K 128): all inside the FP32-accumulation
+    bound of the exact product."""
     x = _sample(M, K, 40 + M).to(torch.bfloat16)
     b = _fp4(name, N, K, 41 + N, "weight").t()
     cfg = dict(SPLIT_K=split) if reduce == 0 else dict(SPLIT_K=split, REDUCE=reduce)
     cfg["DECODE"] = decode
+    if slots:
+        cfg.update(SLOT_DOTS=True, BLOCK_K=128)
     cfg["PIPE_SCALES"] = N != 48  # scales loaded in the loop (the GPU's asynchronous copies) or prefetched by hand
     out = fp4_weight_only_mm(x, b, torch.float32, config=cfg)
     assert out.shape == (M, N) and out.dtype == torch.float32
     assert_in_bound(out, x, b, 1)
 
 
-@pytest.mark.parametrize("name,decode", [("nv", 1), ("mx", 1), ("nv", 2)])
-def test_weight_only_split_order_is_deterministic(name, decode):
+@pytest.mark.parametrize("name,extra", [("nv", {}), ("mx", {}), ("nv", dict(DECODE=2)),
+                                        ("nv", dict(SLOT_DOTS=True, BLOCK_K=128, SPLIT_K=2))])
+def test_weight_only_split_order_is_deterministic(name, extra):
     """Both reductions add the partials in split order: the same bits; the counters are left zero."""
-    x = _sample(5, 256, 50).to(torch.bfloat16)
-    b = _fp4(name, 64, 256, 51, "weight").t()
-    fix = fp4_weight_only_mm(x, b, torch.float32, config=dict(SPLIT_K=4, REDUCE=2, DECODE=decode))
-    two = fp4_weight_only_mm(x, b, torch.float32, config=dict(SPLIT_K=4, REDUCE=1, DECODE=decode))
+    x = _sample(5, 512, 50).to(torch.bfloat16)
+    b = _fp4(name, 64, 512, 51, "weight").t()
+    fix = fp4_weight_only_mm(x, b, torch.float32, config={**dict(SPLIT_K=4, REDUCE=2), **extra})
+    two = fp4_weight_only_mm(x, b, torch.float32, config={**dict(SPLIT_K=4, REDUCE=1), **extra})
     assert torch.equal(fix, two)
-    assert torch.equal(fix, fp4_weight_only_mm(x, b, torch.float32, config=dict(SPLIT_K=4, REDUCE=2, DECODE=decode)))
+    assert torch.equal(fix, fp4_weight_only_mm(x, b, torch.float32, config={**dict(SPLIT_K=4, REDUCE=2), **extra}))
     assert all(int(buf.abs().sum()) == 0 for buf in wo.TILE_COUNTERS.buffers.values())
 
 
@@ -143,6 +148,8 @@ def test_weight_only_bad_config_says_why():
         fp4_weight_only_mm(x, b, config=dict(SPLIT_K=2, REDUCE=0))
     with pytest.raises(ValueError, match="DECODE"):
         fp4_weight_only_mm(x, b, config=dict(DECODE=3))
+    with pytest.raises(ValueError, match="SLOT_DOTS"):
+        fp4_weight_only_mm(x, b, config=dict(SLOT_DOTS=True, BLOCK_K=64))
 
 
 @pytest.mark.parametrize("name", ["nv", "mx"])
@@ -238,15 +245,18 @@ _SM90_SCRIPT = textwrap.dedent("""
     out = []
     picks = [(c, 16, 16, None) for c in wo.WO_CONFIGS if c.kwargs["BLOCK_M"] == 16][:int(sys.argv[1])]
     picks.append(([c for c in wo.WO_CONFIGS if c.kwargs["BLOCK_N"] == 64 and c.num_warps == 4][0], 32, 1, None))  # MX
-    picks += [(picks[0][0], 16, 16, d) for d in (0, 2)]  # the other decodes of the first (default) config
+    picks += [(picks[0][0], 16, 16, d) for d in (0, 2, "slots")]  # other decodes / one dot a slot, config 0
     for cfg, sblock, srows, decode in picks:
         full = dict(cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=getattr(cfg, "maxnreg", None))
-        if decode is not None:
+        if decode == "slots":
+            full.update(SLOT_DOTS=True, maxnreg=None)
+        elif decode is not None:
             full["DECODE"] = decode
         c, warps = compile_wo(full, sblock, srows, mx=sblock == 32)
         a = analyse(c, cfg.kwargs["BLOCK_N"] * cfg.kwargs["BLOCK_K"] // (32 * warps))
         out.append(dict(cfg=str(cfg), warps=warps, regs=a["regs"], stack=a["stack"], shared=a["shared"],
-                        decode=full.get("DECODE", wo.DEFAULT_DECODE), per_unit=a["per_unit"],
+                        decode=full.get("DECODE", wo.DEFAULT_DECODE), slots=bool(full.get("SLOT_DOTS")),
+                        per_unit=a["per_unit"],
                         alu=a["groups_per_unit"].get("alu", 0), stages=cfg.num_stages,
                         async_copies=c.asm["ttgir"].count("async_copy_global_to_local"),
                         wgmma="warp_group_dot" in c.asm["ttgir"],
@@ -262,7 +272,8 @@ def test_sm90_decode_configs_stay_resident_and_stream():
     share is >= 4 bytes: a row's bytes are one aligned vector once the K offset is known to be a
     multiple of the K tile). The K loop's SASS (``benchmarks/fp4_weight_only_sass.py``): DECODE 1
     (the default) issues fewer instructions and far fewer INT32-pipe ones per 16 bytes of codes
-    than DECODE 0, DECODE 2 no more than DECODE 1, with the same registers."""
+    than DECODE 0, DECODE 2 no more than DECODE 1, with the same registers; one dot a slot
+    (SLOT_DOTS) needs <= 80 registers at 256 x 128 (3 CTAs a SM, uncapped)."""
     kernels = run_script(_SM90_SCRIPT, "2", env_extra={"TRITON_DEFAULT_FP_FUSION": "1"})
     for k in kernels:
         regs = -(-k["regs"] // 8) * 8
@@ -272,8 +283,9 @@ def test_sm90_decode_configs_stay_resident_and_stream():
         assert k["wgmma"], k
         # (stages - 1) copies in the prologue + 1 in the loop, for words, activations (and scales)
         assert k["async_copies"] == (3 if k["pipe"] else 2) * k["stages"], k
-    assert [k["pipe"] for k in kernels] == [True, True, False, True, True]  # NV 16x16 piped; MX 1x32 by hand
-    d1, d0, d2 = kernels[0], kernels[3], kernels[4]
+    assert [k["pipe"] for k in kernels] == [True, True, False, True, True, True]  # NV 16x16 piped; MX 1x32 by hand
+    d1, d0, d2, slots = kernels[0], kernels[3], kernels[4], kernels[5]
+    assert slots["slots"] and slots["regs"] <= 80, slots  # (instructions: 3.52 / 16 B with triton 3.6, 3.79 with 3.9)
     assert (d0["decode"], d1["decode"], d2["decode"]) == (0, 1, 2)
     assert d1["per_unit"] < d0["per_unit"] - 0.15 and d1["alu"] < d0["alu"] - 0.3, (d0, d1)
     assert d2["per_unit"] <= d1["per_unit"] + 0.02 and d2["regs"] <= d1["regs"] == d0["regs"], (d1, d2)
