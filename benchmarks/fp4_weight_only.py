@@ -71,7 +71,8 @@ def _v(bn, bk, split, warps, stages, reduce=2, pipe=True, bm=None, decode=None, 
 
 # A/B at M = 16, N = K = 8192 (NV 16x16): which default to pick. The call-2 kernel is "decode0".
 AB_M16 = [_v(256, 128, 8, 8, 3, decode=0), _v(256, 128, 8, 8, 3, l2=True), _v(256, 128, 8, 8, 3, decode=2),
-          _v(256, 128, 8, 8, 3, reduce=1), _v(256, 128, 8, 8, 4), _v(128, 128, 8, 4, 4), _v(128, 128, 8, 4, 4, decode=2),
+          _v(256, 128, 8, 8, 3, reduce=1), _v(256, 128, 8, 8, 4),
+          _v(128, 128, 8, 4, 4), _v(128, 128, 8, 4, 4, decode=2),
           _v(256, 128, 8, 8, 3, slots=True, l2=True), _v(256, 128, 8, 8, 3, slots=True, decode=2),
           _v(256, 128, 12, 8, 3, slots=True), _v(256, 128, 12, 8, 4, slots=True, decode=2),
           _v(128, 128, 8, 4, 4, slots=True), _v(128, 128, 8, 4, 4, slots=True, decode=2),

@@ -167,7 +167,7 @@ def _wo_kernel(x_ptr, w_ptr, s_ptr, g_ptr, c_ptr, part_ptr, lock_ptr, bias_ptr, 
             s_next = _scale_bytes(s_ptr, cols, stride_s, k_next, K, WORDS, SBLOCK, SROWS, EVEN_K)
         w = _words(w_ptr, cols, stride_w, k0, K, WORDS, EVEN_K)
         sw = _block_scales(s, WORDS, SBLOCK, MX, ASM, DOT_DTYPE)
-        if SLOT_DOTS:  # one dot per slot (K = 16 a dot when BLOCK_K = 128): see "MMA schedule"
+        if SLOT_DOTS:  # one dot per slot (K = 16 a dot when BLOCK_K = 128): see the docstring
             t0, t1, t2, t3, t4, t5, t6, t7 = _decode_words(w, sw, MX, ASM, DOT_DTYPE, ASM, DECODE)
             x0, x1, x2, x3, x4, x5, x6, x7 = _split8(_x_slots(x_ptr, xrows, stride_xm, k0, K, WORDS, EVEN_K,
                                                               DOT_DTYPE, DECODE))
@@ -349,7 +349,8 @@ def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = No
 
     By default the configuration is autotuned (``WO_CONFIGS``, pruned by M). ``split_k`` forces a
     K split with a default tile; ``config`` forces a whole configuration (keys of ``_CONFIG_KEYS``,
-    missing ones from the default; REDUCE 1 = second kernel, 2 = last-arriving program), for A/B
+    missing ones from the default; REDUCE 1 = second kernel, 2 = last-arriving program; DECODE
+    0 / 1 / 2 = the PTX decode and K order; SLOT_DOTS = one dot per slot, BLOCK_K >= 128), for A/B
     measurements. ``fast_dequant``: the PTX decode (default on sm_90 with bf16) or the portable one."""
     f = _fp4()
     why = weight_only_support(a, b)

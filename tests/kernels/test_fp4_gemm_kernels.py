@@ -247,7 +247,8 @@ _SM90_SCRIPT = textwrap.dedent("""
     picks.append(([c for c in wo.WO_CONFIGS if c.kwargs["BLOCK_N"] == 64 and c.num_warps == 4][0], 32, 1, None))  # MX
     picks += [(picks[0][0], 16, 16, d) for d in (0, 2, "slots")]  # other decodes / one dot a slot, config 0
     for cfg, sblock, srows, decode in picks:
-        full = dict(cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=getattr(cfg, "maxnreg", None))
+        full = dict(cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                    maxnreg=getattr(cfg, "maxnreg", None))
         if decode == "slots":
             full.update(SLOT_DOTS=True, maxnreg=None)
         elif decode is not None:
