@@ -14,12 +14,15 @@ all: no call finds its weight in the 50 MB L2), replayed under ``do_bench`` (med
 the calls: GPU time without host overhead, for bf16 ``torch.mm`` (the anchor, same run) and lowbit
 alike. ``GB/s`` = bytes of the FP4 weight (codes + scales) / time; ratio = bf16 time / lowbit time.
 
-Rows: M in {1, 16, 64, 128} at N = K = 8192 (autotuned, and A/B variants at M = 16: split-K
-factors, tiles, warps, stages, the reduction, hand-prefetched scales), 16x14336x4096 and
+Rows: M in {1, 16, 64, 128} at N = K = 8192 (autotuned, and A/B variants: see ``_v`` for the
+names: the decode (``decode0`` = the call-2 kernel, default 1, ``decode2``), one dot per K step or
+per slot (``slots``), tiles, warps, stages, split-K, the reduction), 16x14336x4096 and
 16x4096x14336; NV with 16x16 weight blocks (the NV() default), then NV 1x16 and MX 1x32 at M = 16.
-A time budget (default 150 s) skips what is left, saying so. ~2-2.5 min on an H200 (mostly compiling
-and autotuning). Prints the chosen autotune configurations and the table last; JSON to
-DIR/fp4_weight_only.json.
+Two probes at M = 16 (results checked like the others): ``| probe: L2-resident weight`` (the same
+calls on one weight copy) and ``BLOCK_M32 probe`` (twice the MMA work, the same decode). A time
+budget (default 150 s) skips what is left, saying so (~1-1.5 min on an H200 in call 2's setup;
+compiles dominate). ``--cpu-smoke`` runs the script under TRITON_INTERPRET=1 on tiny shapes.
+Prints the chosen autotune configurations and the table last; JSON to DIR/fp4_weight_only.json.
 """
 from __future__ import annotations
 
@@ -40,7 +43,13 @@ U_BF16 = 2.0 ** -8
 DEV = "cuda"  # "cpu" only for --cpu-smoke (TRITON_INTERPRET=1, tiny shapes, timings meaningless)
 
 
-def _v(bn, bk, split, warps, stages, reduce=2, pipe=True, bm=None):
+def _v(bn, bk, split, warps, stages, reduce=2, pipe=True, bm=None, decode=None, slots=False, l2=False, probe=False):
+    """(row name, config) of one A/B variant. Names: ``BLOCK_NxBLOCK_K wWARPS sSTAGES splitS`` then
+    ``decode0`` / ``decode2`` (DECODE, default 1), ``slots`` (SLOT_DOTS: one dot per slot),
+    ``2-kernel`` (REDUCE 1), ``hand-prefetch``, ``BLOCK_M64`` etc.; ``BLOCK_M32 probe`` (``probe``:
+    MMA N = 32 at M = 16, the same HGMMA count and decode, twice the MMA work: if the tensor-core
+    chains bound the kernel it is ~1.5x slower, if the decode does ~1x). ``l2``: also time it with
+    one weight copy (an L2-resident probe: how much of the time is HBM)."""
     cfg = dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=warps, num_stages=stages)
     if split > 1:
         cfg["REDUCE"] = reduce
@@ -48,21 +57,32 @@ def _v(bn, bk, split, warps, stages, reduce=2, pipe=True, bm=None):
         cfg["PIPE_SCALES"] = False
     if bm:
         cfg["BLOCK_M"] = bm
-    if bn == 256:
+    if decode is not None:
+        cfg["DECODE"] = decode
+    if slots:
+        cfg["SLOT_DOTS"] = True  # 80 registers at 256 x 128: no cap (a cap of 128 makes ptxas use 128)
+    elif bn == 256:
         cfg["maxnreg"] = 128  # 2 CTAs a SM (as the autotuned configuration)
-    name = f"{bn}x{bk} w{warps} s{stages} split{split}" + (" 2-kernel" if split > 1 and reduce == 1 else "") + \
-        ("" if pipe else " hand-prefetch")
-    return name, cfg
+    name = f"{bn}x{bk} w{warps} s{stages} split{split}" + (f" decode{decode}" if decode is not None else "") + \
+        (" slots" if slots else "") + (" 2-kernel" if split > 1 and reduce == 1 else "") + \
+        ("" if pipe else " hand-prefetch") + (f" BLOCK_M{bm}" if bm else "") + (" probe" if probe else "")
+    return name, cfg, l2
 
 
-# A/B at M = 16, N = K = 8192 (NV 16x16): which default to pick
-AB_M16 = [_v(64, 128, 4, 4, 4), _v(64, 128, 4, 4, 4, reduce=1), _v(64, 128, 1, 4, 4), _v(64, 128, 4, 4, 4, pipe=False),
-          _v(64, 128, 8, 4, 3), _v(128, 128, 4, 4, 4), _v(128, 128, 4, 8, 4), _v(128, 128, 6, 8, 4),
-          _v(128, 128, 6, 8, 4, reduce=1), _v(256, 128, 8, 8, 3), _v(256, 128, 8, 8, 4), _v(256, 128, 4, 8, 3),
-          _v(128, 256, 4, 8, 3), _v(64, 256, 4, 4, 3)]
-AB_SMALL = [_v(256, 128, 8, 8, 3), _v(128, 128, 4, 8, 4)]  # at the other M = 16 shapes and kinds
-AB_M = {64: [_v(128, 128, 4, 8, 3, bm=64), _v(64, 128, 4, 4, 3, bm=64)],
-        128: [_v(128, 128, 2, 8, 3, bm=128), _v(64, 128, 4, 4, 3, bm=128)]}
+# A/B at M = 16, N = K = 8192 (NV 16x16): which default to pick. The call-2 kernel is "decode0".
+AB_M16 = [_v(256, 128, 8, 8, 3, decode=0), _v(256, 128, 8, 8, 3, l2=True), _v(256, 128, 8, 8, 3, decode=2),
+          _v(256, 128, 8, 8, 3, reduce=1), _v(256, 128, 8, 8, 4),
+          _v(128, 128, 8, 4, 4), _v(128, 128, 8, 4, 4, decode=2),
+          _v(256, 128, 8, 8, 3, slots=True, l2=True), _v(256, 128, 8, 8, 3, slots=True, decode=2),
+          _v(256, 128, 12, 8, 3, slots=True), _v(256, 128, 12, 8, 4, slots=True, decode=2),
+          _v(128, 128, 8, 4, 4, slots=True), _v(128, 128, 8, 4, 4, slots=True, decode=2),
+          _v(256, 128, 8, 8, 3, bm=32, probe=True), _v(256, 128, 8, 8, 3, slots=True, bm=32, probe=True),
+          _v(128, 128, 4, 8, 4), _v(64, 128, 4, 4, 4)]
+AB_M1 = [_v(256, 128, 8, 8, 3, decode=0), _v(256, 128, 8, 8, 3), _v(256, 128, 8, 8, 3, slots=True),
+         _v(128, 128, 8, 4, 4, slots=True)]
+AB_SMALL = [_v(256, 128, 8, 8, 3), _v(256, 128, 8, 8, 3, slots=True), _v(128, 128, 8, 4, 4, slots=True)]
+AB_M = {64: [_v(128, 128, 4, 8, 3, bm=64), _v(128, 128, 4, 8, 3, bm=64, slots=True)],
+        128: [_v(128, 128, 2, 8, 3, bm=128), _v(128, 128, 2, 8, 3, bm=128, slots=True)]}
 
 
 def _weights(N, K, recipe, n):
@@ -138,12 +158,12 @@ def bench_shape(run, M, N, K, kinds, variants):
         bound = gam * (x.double().abs() @ W.abs()) * (1 + U_BF16) + U_BF16 * ref.abs()
         wbytes = _fp4_bytes(b0)
         outs = {}
-        for name, cfg in [("autotuned", None)] + variants:
+        for name, cfg, l2 in [("autotuned", None, False)] + variants:
             if run.left() <= 0:
                 run.rows.append(dict(shape=shape, kind=kind, variant=name, note="skipped: time budget"))
                 continue
 
-            def one(name=name, cfg=cfg):
+            def one(name=name, cfg=cfg, l2=l2):
                 call = (lambda b: wo.fp4_weight_only_mm(x, b, torch.bfloat16)) if cfg is None else \
                     (lambda b: wo.fp4_weight_only_mm(x, b, torch.bfloat16, config=cfg))
                 ok, rel, note = check(x, b0, ref, bound, lambda: call(b0))
@@ -154,6 +174,10 @@ def bench_shape(run, M, N, K, kinds, variants):
                     ms = graph_ms([lambda b=b: call(b) for b in bs])
                     row.update(ms=ms, gbps=wbytes / ms / 1e6, anchor_ms=bf16_ms, ratio=bf16_ms / ms)
                 run.rows.append(row)
+                if ok and l2:  # probe: the same calls on ONE weight copy (36 MB: mostly L2 hits)
+                    ms = graph_ms([lambda: call(b0)])
+                    run.rows.append(dict(shape=shape, kind=kind, variant=f"{name} | probe: L2-resident weight",
+                                         ms=ms, gbps=wbytes / ms / 1e6, ratio=bf16_ms / ms, config=row["config"]))
             guarded(run.rows, f"{shape} {kind} {name}", one)
         # the two reductions: same bits; counters left zero
         two = [n for n in outs if "2-kernel" in n]
@@ -188,14 +212,15 @@ def main():
     from lowbit.kernels import fp4_weight_only as wo
     run = Run(args.budget)
     nv = ["nvfp4 16x16"]
-    plan = [((16, 8192, 8192), nv, AB_M16), ((1, 8192, 8192), nv, AB_SMALL[:1]),
+    plan = [((16, 8192, 8192), nv, AB_M16), ((1, 8192, 8192), nv, AB_M1),
             ((64, 8192, 8192), nv, AB_M[64]), ((128, 8192, 8192), nv, AB_M[128]),
             ((16, 14336, 4096), nv, AB_SMALL), ((16, 4096, 14336), nv, AB_SMALL),
             ((16, 8192, 8192), ["nvfp4 1x16", "mxfp4 1x32"], AB_SMALL)]  # in order of importance
     if args.quick:
-        plan = [((16, 8192, 8192), nv, AB_M16[:6])]
+        plan = [((16, 8192, 8192), nv, AB_M16[:9])]
     if args.cpu_smoke:
-        plan = [((16, 128, 512), nv + ["mxfp4 1x32"], AB_M16[:3]), ((3, 64, 256), nv, AB_SMALL[:1])]
+        plan = [((16, 128, 1024), nv + ["mxfp4 1x32"], AB_M16[:4] + AB_M16[7:8] + AB_M16[13:14]),
+                ((3, 64, 256), nv, AB_SMALL[:1])]
     for (M, N, K), kinds, variants in plan:
         if run.left() <= 0:
             run.rows.append(dict(shape=f"{M}x{N}x{K}", note="skipped: time budget"))

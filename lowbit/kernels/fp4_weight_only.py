@@ -12,25 +12,45 @@ the summation order, and the partials are added in split order (0, 1, .., S-1): 
 and the same bits whichever reduction runs. Bound (``gemm_bound``, one chunk): ``|C - C*| <=
 gamma_(K + 3) sum_k |x_k w_k|`` (one more rounding each for a bias and a bf16/fp16 output).
 
-Launch reasoning (H200: 132 SMs, 4 schedulers each, ~3.6-4 TB/s, HBM latency ~0.8 us under load).
-At M = 16, N = K = 8192 the weight is 32 MB of codes + 4 MB (1x16) / 0.25 MB (16x16) of scales:
-the floor is ~9-10 us. Little's law: 3.6 TB/s x 0.8 us = 2.9 MB in flight, ~22 KB per SM. Each
-program keeps ``num_stages - 1`` K steps in flight as asynchronous copies (16-byte LDGSTS for the
-words and activations; the block scales too, 4-8 bytes a thread, wherever a thread's share is
->= 4 bytes, see ``pipe_scales``): 256 x 128 is 16 KB of codes a step, 2 steps ahead = 32 KB a
-program, 2 programs a SM = 64 KB. The grid is ``(N / BLOCK_N) x SPLIT_K`` programs, the splits of
-a tile adjacent: N = 8192 has only 32 / 64 / 128 column tiles of 256 / 128 / 64 rows, so SPLIT_K
-= 8 / 4-6 / 4 gives 256 / 256-384 / 512 programs, all resident in one wave (2 / 3 / 6 CTAs a SM:
-the registers decide, 128 / 80 / 80 a thread; a CPU test compiles the configurations for sm_90
-and checks residency, spills and the asynchronous copies). The kernel is issue-bound as much as
-memory-bound: the decode (prmt + 2 lop3 + lea.hi per bf16x2 pair, one hmul2 by the block scale,
-which is converted once per block) is ~2.5 SASS instructions a weight, the K loop 3.55 (256 x 128,
-8 warps) to 4.45 (64 x 128, 4 warps) a weight with the activation tile's shared-memory transpose,
-barriers and address arithmetic: 64M weights x 3.55 / 32 lanes = 7.1M warp instructions, ~6.9 us
-of issue over 528 schedulers at one a cycle, so the 16-24 resident warps a SM must hide latency
-well for the ~14 us target; wide tiles also cut the activations' L2 traffic (each n-tile reads all
-of X: 32 MB over 128 tiles of 64 rows, 8 MB over 32 of 256). MX costs one more hmul2 per pair
-(``e2m1 * 2^-126`` times 2^126, then times 2^k: 2^(k + 126) overflows bf16 for k >= 2).
+Launch (H200: 132 SMs, 4 schedulers each). At M = 16, N = K = 8192 the weight is 32 MB of codes
++ 0.25 MB (16x16) / 4 MB (1x16) of scales: ~9 us at ~4 TB/s. The grid is ``(N / BLOCK_N) x
+SPLIT_K`` programs, the splits of a tile adjacent, each keeping ``num_stages - 1`` K steps in
+flight as asynchronous copies (16-byte LDGSTS for the words; 16-byte, DECODE 2: 8-byte, for the
+activations; 8-byte for the block scales wherever a thread's share is >= 4 bytes, see
+``pipe_scales``). 256 x 128 tiles, split 8: 256 programs, 2 a SM (registers), one wave.
+
+Static cost (sm_90 SASS of the K loop, triton 3.6, ``benchmarks/fp4_weight_only_sass.py``), per
+warp and 16 bytes of codes (32 weights; the GEMM has ``N K / 32`` = 2.1M such units over 528
+schedulers), 256 x 128, 8 warps, 3 stages, M = 16:
+
+    DECODE 0 (call 2):  3.54 instr, 1.88 INT32-pipe  ->  max(3.54, 2 x 1.88) = 3.75 cycles = 8.8 us
+    DECODE 1 (default): 3.29 instr, 1.41 INT32-pipe  ->  3.29 cycles = 7.7 us
+    DECODE 2:           3.25 instr, 1.28 INT32-pipe  ->  3.25 cycles = 7.6 us
+    + SLOT_DOTS:        3.52 / 3.47 instr, 80 registers instead of 128 (capped; 151 uncapped)
+
+(issue 1 warp instruction a cycle, INT32 ``alu`` pipe LOP3/PRMT/SHF/LEA/IADD3 half rate, IMAD half
+rate on its own pipe; cycles -> us at 1.7 GHz: 0.9 T warp instructions/s.) Of DECODE 0's 3.54:
+decode 2.53 (PRMT 0.28, LOP3 1.0, LEA.HI 0.5, IMAD.SHL 0.25, HMUL2 0.5), HGMMA 0.125, block-scale
+conversion 0.28, activation transpose 0.17 (LDS.128, STS.U16 x 8, its proxy fence
+MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC, 7 dummy LDS), copies, waits, 2 CTA barriers and loop 0.45.
+The decoded tile is the wgmma register operand directly (no shared memory, no layout
+conversion); words reach registers as LDS.64 of 2 words. Measured 23.7 us is 2.7x that bound
+(call 2's other configurations: 2.7-3.5x), so the decode is not the only limiter: call 2's times
+at M = 16 / 64 / 128 are 70 / 212 / 401 cycles a SM per ``HGMMA.64xNx16`` (65536 of them, 496 a
+SM), ~23 + 2.95 N: at N = 16 that is ~20 us if the HGMMAs do not overlap. Each K step issues two
+dependent chains of 8 (one per 64-row half), then waits. ``SLOT_DOTS``: one dot per slot (K = 16):
+per dot the two halves are independent HGMMAs, 8 waits a step instead of one 16-long sequence,
+and the A operand is consumed slot by slot (80 registers: 3 CTAs a SM). Which one wins the
+static analysis cannot say; the benchmark's probes (``BLOCK_M32 probe``: twice the MMA work, the
+same decode; ``L2-resident weight``) tell the MMA, decode and HBM shares apart.
+
+Decode (``fp4_decode``): the nibble ``s.eem`` placed at bf16 bits 15 / 8..6 is ``e2m1 *
+2^-126`` (codes 0, 1: the subnormals 0, 2^-127; code 8: -0), then one ``mul.bf16x2`` by the scale
+(NV: UE4M3 * 2^118, undone by 2^8 in the epilogue; MX: times 2^126 first, then 2^k). DECODE 1
+places a nibble pair with ``and``, ``mul.lo`` by ``2^a + 2^b`` (two disjoint copies: the sign's
+and the magnitude's, on the FMA pipe) and ``and 0x81C081C0`` (DECODE 0: and/shr/and/or). DECODE 2
+takes both halves of a pair from one word (nibbles t, t + 4: no prmt) and permutes the
+activations to match (``_x_slots``). All bit-exact (exhaustive PTX-emulator test).
 
 Reduction (``REDUCE``): 0 = no split (the program stores C); 1 = fp32 partials then
 ``_wo_reduce_kernel`` (a second launch: ~2-4 us of GPU time in a CUDA graph, a large share of
@@ -44,8 +64,8 @@ L1 line), one split at a time (an unrolled sum would load all S at once and rais
 register count: 151 instead of 128 at 256 x 128, split 8, i.e. 1 CTA a SM instead of 2).
 
 Layout tricks (shared with ``fp4_gemm``): 32-bit words of 8 packed codes; decoded slot ``j`` of
-every word is concatenated slot-major along K (column ``j WORDS + w`` = element ``8w + j``), and
-the activation tile is loaded contiguously and permuted the same way, so no shuffle is needed.
+every word is concatenated slot-major along K (column ``j WORDS + w`` = element ``8w + j``, DECODE
+0 / 1), and the activation tile is loaded and permuted the same way, so no shuffle is needed.
 """
 from __future__ import annotations
 
@@ -62,8 +82,11 @@ __all__ = ["fp4_weight_only_mm", "weight_only_support", "WO_CONFIGS", "prune_wo"
            "SCAN_SPECS"]
 
 
-from .fp4_decode import _decode_cat, _words, _x_tile
+from .fp4_decode import _decode_cat, _decode_words, _split8, _words, _x_slots, _x_tile
 from .gemm import _e8m0_to_fp32, _store_dtype, autotune_choices
+
+
+DEFAULT_DECODE = 1  # the kernel's DECODE unless a configuration says otherwise (see the docstring)
 
 
 def _fp4():  # fp4_gemm imports this module: its launch helpers are imported at call time
@@ -112,7 +135,8 @@ def _wo_kernel(x_ptr, w_ptr, s_ptr, g_ptr, c_ptr, part_ptr, lock_ptr, bias_ptr, 
                SBLOCK: tl.constexpr, SROWS: tl.constexpr, MX: tl.constexpr, SPLIT_K: tl.constexpr,
                REDUCE: tl.constexpr, HAS_BIAS: tl.constexpr, ASM: tl.constexpr, EVEN_K: tl.constexpr,
                DOT_DTYPE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-               PIPE_SCALES: tl.constexpr = True):
+               PIPE_SCALES: tl.constexpr = True, DECODE: tl.constexpr = DEFAULT_DECODE,
+               SLOT_DOTS: tl.constexpr = False):
     """One (n-tile, K split, m-tile) program: ``acc = W'[n-tile, split] @ X[m-tile, split]^T``, then
     the epilogue (SPLIT_K == 1), or a partial (REDUCE 1), or a partial and the last-arriving fixup
     (REDUCE 2). Grid: (n_tiles * SPLIT_K, m_tiles), the splits of a tile adjacent."""
@@ -143,9 +167,22 @@ def _wo_kernel(x_ptr, w_ptr, s_ptr, g_ptr, c_ptr, part_ptr, lock_ptr, bias_ptr, 
             s_next = _scale_bytes(s_ptr, cols, stride_s, k_next, K, WORDS, SBLOCK, SROWS, EVEN_K)
         w = _words(w_ptr, cols, stride_w, k0, K, WORDS, EVEN_K)
         sw = _block_scales(s, WORDS, SBLOCK, MX, ASM, DOT_DTYPE)
-        wc = _decode_cat(w, sw, MX, ASM, DOT_DTYPE, BLOCK_N, WORDS, ASM)
-        x = _x_tile(x_ptr, xrows, stride_xm, k0, K, WORDS, BLOCK_M, EVEN_K, DOT_DTYPE)
-        acc = tl.dot(wc, tl.trans(x), acc)
+        if SLOT_DOTS:  # one dot per slot (K = 16 a dot when BLOCK_K = 128): see the docstring
+            t0, t1, t2, t3, t4, t5, t6, t7 = _decode_words(w, sw, MX, ASM, DOT_DTYPE, ASM, DECODE)
+            x0, x1, x2, x3, x4, x5, x6, x7 = _split8(_x_slots(x_ptr, xrows, stride_xm, k0, K, WORDS, EVEN_K,
+                                                              DOT_DTYPE, DECODE))
+            acc = tl.dot(t0, tl.trans(x0), acc)
+            acc = tl.dot(t1, tl.trans(x1), acc)
+            acc = tl.dot(t2, tl.trans(x2), acc)
+            acc = tl.dot(t3, tl.trans(x3), acc)
+            acc = tl.dot(t4, tl.trans(x4), acc)
+            acc = tl.dot(t5, tl.trans(x5), acc)
+            acc = tl.dot(t6, tl.trans(x6), acc)
+            acc = tl.dot(t7, tl.trans(x7), acc)
+        else:  # one dot per K step
+            wc = _decode_cat(w, sw, MX, ASM, DOT_DTYPE, BLOCK_N, WORDS, ASM, DECODE)
+            x = _x_tile(x_ptr, xrows, stride_xm, k0, K, WORDS, BLOCK_M, EVEN_K, DOT_DTYPE, DECODE)
+            acc = tl.dot(wc, tl.trans(x), acc)
     offs_n = off_n + tl.arange(0, BLOCK_N)
     offs_m = off_m + tl.arange(0, BLOCK_M)
     if SPLIT_K > 1:
@@ -212,10 +249,11 @@ def _cfg(warps, stages, bn, bm, bk, split, reduce=2, maxnreg=None):
                          num_warps=warps, num_stages=stages, **extra)
 
 
-# BLOCK_M is the MMA's N (16 covers M <= 16). sm_90 cubin facts (NV 16x16, EVEN_K; registers a
-# thread / CTAs a SM by registers and shared memory / SASS instructions per weight in the K loop):
-#   256x128 w8 s3: 128 / 2 / 3.55   128x256 w8 s3: 127 / 2 / 3.90   128x128 w8 s4: 80 / 3 / 4.27
-#   64x128 w4 s4: 79 / 6 / 4.45     (128x128 w4 s4: 127 / 4 / 3.69, split 8: 155 / 3)
+# BLOCK_M is the MMA's N (16 covers M <= 16). sm_90 cubin facts (triton 3.6, NV 16x16, EVEN_K,
+# DECODE 1; registers a thread / CTAs a SM by registers and shared memory / SASS instructions per
+# weight in the K loop; benchmarks/fp4_weight_only_sass.py):
+#   256x128 w8 s3: 128 / 2 / 3.29   128x128 w8 s4: 71 / 3 / 3.84   128x128 w4 s4: 128 / 4 / 3.47
+#   64x128 w4 s4: 71 / 7 / 4.12     SLOT_DOTS: 256x128 w8 s3 80 / 3 / 3.52, 128x128 w4 s4 96 / 5 / 3.69
 # Programs at N = K = 8192, M = 16 (one wave is 132 x CTAs a SM): 256-row tiles x split 8 = 256
 # (2 a SM, 16 warps: exactly 128 registers, hence maxnreg), 128-row x split 4 / 6 = 256 / 384 (of 396), 64-row x split 4 = 512 (of 792).
 # Wide tiles also cut the activations' L2 traffic: every n-tile reads all of X (256 KB at M = 16),
@@ -299,8 +337,8 @@ def weight_only_support(a, b) -> Optional[str]:
     return f._kn_reason(a, b)
 
 
-_CONFIG_KEYS = ("BLOCK_N", "BLOCK_M", "BLOCK_K", "SPLIT_K", "REDUCE", "PIPE_SCALES", "num_warps", "num_stages",
-                "maxnreg")
+_CONFIG_KEYS = ("BLOCK_N", "BLOCK_M", "BLOCK_K", "SPLIT_K", "REDUCE", "PIPE_SCALES", "DECODE", "SLOT_DOTS",
+                "num_warps", "num_stages", "maxnreg")
 
 
 def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = None,
@@ -311,7 +349,8 @@ def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = No
 
     By default the configuration is autotuned (``WO_CONFIGS``, pruned by M). ``split_k`` forces a
     K split with a default tile; ``config`` forces a whole configuration (keys of ``_CONFIG_KEYS``,
-    missing ones from the default; REDUCE 1 = second kernel, 2 = last-arriving program), for A/B
+    missing ones from the default; REDUCE 1 = second kernel, 2 = last-arriving program; DECODE
+    0 / 1 / 2 = the PTX decode and K order; SLOT_DOTS = one dot per slot, BLOCK_K >= 128), for A/B
     measurements. ``fast_dequant``: the PTX decode (default on sm_90 with bf16) or the portable one."""
     f = _fp4()
     why = weight_only_support(a, b)
@@ -343,6 +382,10 @@ def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = No
             fixed["REDUCE"] = 0
         elif fixed["REDUCE"] not in (1, 2):
             raise ValueError("fp4_weight_only_mm: REDUCE must be 1 or 2 with SPLIT_K > 1")
+        if fixed.get("DECODE", DEFAULT_DECODE) not in (0, 1, 2):
+            raise ValueError(f"fp4_weight_only_mm: DECODE must be 0, 1 or 2, got {fixed['DECODE']!r}")
+        if fixed.get("SLOT_DOTS") and fixed["BLOCK_K"] < 128:
+            raise ValueError("fp4_weight_only_mm: SLOT_DOTS needs BLOCK_K >= 128 (K >= 16 a dot)")
         if fixed["BLOCK_K"] % blk:
             raise ValueError(f"fp4_weight_only_mm: BLOCK_K {fixed['BLOCK_K']} must hold whole {blk}-blocks")
         fixed["EVEN_K"] = K % fixed["BLOCK_K"] == 0

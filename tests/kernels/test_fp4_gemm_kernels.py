@@ -8,14 +8,12 @@ weight and the activations, would be off by far more than the bound. Shapes cove
 tiles, K a multiple of the K tile (EVEN_K, no masks) and not. MX needs no per-block promotion
 (scales live inside the bf16 operand), so it is held to the single-chain bound ``n = 1``; its
 out-of-range corner (``e2m1 * 2^k`` past fp32's range, NaN scale 0xFF, the subnormal scale 0x00)
-must come out as the torch backend's fp32 dequantization gives it. The CUDA-only PTX decode is
-checked by executing its instructions in Python on random packed words.
+must come out as the torch backend's fp32 dequantization gives it. Weight-only runs both K orders
+of the decode (DECODE 1: slot-major; DECODE 2: pairs of words, ``_x_tile``). The CUDA-only PTX
+decode is checked in test_fp4_decode_ptx.py by executing its instructions in Python.
 """
-import math
-import struct
 import textwrap
 
-import numpy as np
 import pytest
 import torch
 
@@ -23,8 +21,7 @@ from lowbit.dtypes import FP4Tensor
 from lowbit.kernels import scaled_mm
 from lowbit.kernels.emulation import emulated_scaled_mm
 from lowbit.kernels import fp4_weight_only as wo
-from lowbit.kernels.fp4_gemm import (_ASM_MX, _ASM_NV, _MM_CONFIGS, _WO_CONFIGS, _prune_wo, fp4_scaled_mm,
-                                     fp4_support, fp4_weight_only_mm)
+from lowbit.kernels.fp4_gemm import _MM_CONFIGS, _WO_CONFIGS, _prune_wo, fp4_scaled_mm, fp4_support, fp4_weight_only_mm
 from lowbit.scaling import MX, NV
 from lowbit.validate.metrics import U_BF16
 from sm90 import run_script
@@ -77,29 +74,35 @@ WO_SHAPES = [(1, 48, 160), (3, 80, 192), (17, 48, 256), (33, 16, 160)]  # M ragg
 
 @pytest.mark.parametrize("name", ["nv", "nv-1x16", "mx", "mx-64"])
 @pytest.mark.parametrize("M,N,K", WO_SHAPES)
-@pytest.mark.parametrize("split,reduce", [(1, 0), (3, 2), (2, 1)])
-def test_weight_only_ragged_shapes_splits_and_reductions(name, M, N, K, split, reduce):
+@pytest.mark.parametrize("split,reduce,decode,slots", [(1, 0, 1, 0), (3, 2, 1, 0), (2, 1, 1, 0), (1, 0, 2, 0),
+                                                      (3, 2, 2, 0), (1, 0, 1, 1), (2, 2, 2, 1)])
+def test_weight_only_ragged_shapes_splits_and_reductions(name, M, N, K, split, reduce, decode, slots):
     """Ragged M / N, K a multiple of the K tile and not, no split, the last-arriving fixup (REDUCE 2)
-    and the second kernel (REDUCE 1), scales in the loop or prefetched: all inside the
-    FP32-accumulation bound of the exact product."""
+    and the second kernel (REDUCE 1), scales in the loop or prefetched, both K orders of the
+    decode, one dot per K step or one per slot (BLOCK_K 128): all inside the FP32-accumulation
+    bound of the exact product."""
     x = _sample(M, K, 40 + M).to(torch.bfloat16)
     b = _fp4(name, N, K, 41 + N, "weight").t()
     cfg = dict(SPLIT_K=split) if reduce == 0 else dict(SPLIT_K=split, REDUCE=reduce)
+    cfg["DECODE"] = decode
+    if slots:
+        cfg.update(SLOT_DOTS=True, BLOCK_K=128)
     cfg["PIPE_SCALES"] = N != 48  # scales loaded in the loop (the GPU's asynchronous copies) or prefetched by hand
     out = fp4_weight_only_mm(x, b, torch.float32, config=cfg)
     assert out.shape == (M, N) and out.dtype == torch.float32
     assert_in_bound(out, x, b, 1)
 
 
-@pytest.mark.parametrize("name", ["nv", "mx"])
-def test_weight_only_split_order_is_deterministic(name):
+@pytest.mark.parametrize("name,extra", [("nv", {}), ("mx", {}), ("nv", dict(DECODE=2)),
+                                        ("nv", dict(SLOT_DOTS=True, BLOCK_K=128, SPLIT_K=2))])
+def test_weight_only_split_order_is_deterministic(name, extra):
     """Both reductions add the partials in split order: the same bits; the counters are left zero."""
-    x = _sample(5, 256, 50).to(torch.bfloat16)
-    b = _fp4(name, 64, 256, 51, "weight").t()
-    fix = fp4_weight_only_mm(x, b, torch.float32, config=dict(SPLIT_K=4, REDUCE=2))
-    two = fp4_weight_only_mm(x, b, torch.float32, config=dict(SPLIT_K=4, REDUCE=1))
+    x = _sample(5, 512, 50).to(torch.bfloat16)
+    b = _fp4(name, 64, 512, 51, "weight").t()
+    fix = fp4_weight_only_mm(x, b, torch.float32, config={**dict(SPLIT_K=4, REDUCE=2), **extra})
+    two = fp4_weight_only_mm(x, b, torch.float32, config={**dict(SPLIT_K=4, REDUCE=1), **extra})
     assert torch.equal(fix, two)
-    assert torch.equal(fix, fp4_weight_only_mm(x, b, torch.float32, config=dict(SPLIT_K=4, REDUCE=2)))
+    assert torch.equal(fix, fp4_weight_only_mm(x, b, torch.float32, config={**dict(SPLIT_K=4, REDUCE=2), **extra}))
     assert all(int(buf.abs().sum()) == 0 for buf in wo.TILE_COUNTERS.buffers.values())
 
 
@@ -143,6 +146,10 @@ def test_weight_only_bad_config_says_why():
         fp4_weight_only_mm(x, b, config=dict(BLOCKN=64))
     with pytest.raises(ValueError, match="REDUCE"):
         fp4_weight_only_mm(x, b, config=dict(SPLIT_K=2, REDUCE=0))
+    with pytest.raises(ValueError, match="DECODE"):
+        fp4_weight_only_mm(x, b, config=dict(DECODE=3))
+    with pytest.raises(ValueError, match="SLOT_DOTS"):
+        fp4_weight_only_mm(x, b, config=dict(SLOT_DOTS=True, BLOCK_K=64))
 
 
 @pytest.mark.parametrize("name", ["nv", "mx"])
@@ -227,105 +234,34 @@ def test_gpu_configs_hold_whole_scale_blocks(sblock, M):
     assert all((c.kwargs["REDUCE"] == 2) == (c.kwargs["SPLIT_K"] > 1) for c in kept)  # one launch
 
 
-# ---- the CUDA decode (PTX), executed instruction by instruction ------------------------------------------
-def _bf16(bits: int) -> float:
-    return struct.unpack("<f", struct.pack("<I", (bits & 0xFFFF) << 16))[0]
-
-
-def _to_bf16(v: float) -> int:
-    t = torch.tensor([v], dtype=torch.float32).to(torch.bfloat16)
-    assert float(t) == v, f"{v} is not exact in bf16: the decode would round"
-    return int(t.view(torch.int16).item()) & 0xFFFF
-
-
-def run_ptx(asm: str, regs: dict) -> dict:
-    """Execute the straight-line PTX subset the decode uses (mov/and/or/shl/shr/prmt/mul.rn.bf16x2)."""
-    env = dict(regs)
-    for stmt in asm.replace("{", "").replace("}", "").split(";"):
-        stmt = stmt.strip()
-        if not stmt or stmt.startswith(".reg"):
-            continue
-        op, rest = stmt.split(None, 1)
-        args = [x.strip() for x in rest.split(",")]
-        v = [env[x] if x in env else int(x, 0) for x in args[1:]]
-        if op == "mov.b32":
-            r = v[0]
-        elif op == "and.b32":
-            r = v[0] & v[1]
-        elif op == "or.b32":
-            r = v[0] | v[1]
-        elif op == "shl.b32":
-            r = (v[0] << v[1]) & 0xFFFFFFFF
-        elif op == "shr.b32":
-            r = v[0] >> v[1]
-        elif op == "prmt.b32":  # default mode: byte k of d = byte sel_k of {b, a}, bit 3 = sign replicate
-            src = [(v[0] >> 8 * i) & 0xFF for i in range(4)] + [(v[1] >> 8 * i) & 0xFF for i in range(4)]
-            r = 0
-            for k in range(4):
-                s = (v[2] >> 4 * k) & 0xF
-                byte = src[s & 7] if not s & 8 else (0xFF if src[s & 7] & 0x80 else 0)
-                r |= byte << 8 * k
-        elif op == "mul.rn.bf16x2":
-            r = _to_bf16(_bf16(v[0]) * _bf16(v[1])) | _to_bf16(_bf16(v[0] >> 16) * _bf16(v[1] >> 16)) << 16
-        else:
-            raise AssertionError(f"unexpected PTX instruction {op}")
-        env[args[0]] = r
-    return env
-
-
-E2M1_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
-
-
-@pytest.mark.parametrize("kind", ["nv", "mx"])
-def test_ptx_decode_matches_e2m1_times_scale(kind):
-    """Outputs $j of the decode = element j of words $8 / $9 (low / high lane) times the lane's scale,
-    exactly (NV: scale pre-multiplied by 2^118, result times 2^-8), for random words and edge scales."""
-    asm = (_ASM_NV if kind == "nv" else _ASM_MX).value
-    scales = [2.0 ** -9, 3 * 2.0 ** -9, 1.0, 1.75, 448.0] if kind == "nv" else [2.0 ** k for k in (-127, -40, 0, 7, 120)]
-    pre, post = (2.0 ** 118, 2.0 ** 8) if kind == "nv" else (1.0, 1.0)
-    rng = np.random.default_rng(0)
-    words = [(0x76543210, 0xFEDCBA98)] + [tuple(int(w) for w in rng.integers(0, 2 ** 32, 2)) for _ in range(60)]
-    for i, (w0, w1) in enumerate(words):
-        s0, s1 = scales[i % len(scales)], scales[(3 * i + 1) % len(scales)]
-        env = run_ptx(asm, {"$8": w0, "$9": w1, "$10": _to_bf16(s0 * pre) | _to_bf16(s1 * pre) << 16})
-        for j in range(8):
-            for lane, (w, s) in enumerate(((w0, s0), (w1, s1))):
-                code = (w >> 4 * j) & 15
-                want = (-1.0 if code & 8 else 1.0) * E2M1_VALUES[code & 7] * s
-                got = _bf16(env[f"${j}"] >> 16 * lane) * post
-                assert got == want and math.copysign(1, got) == math.copysign(1, want), (hex(w), j, got, want)
+# ---- the CUDA decode (PTX): tests/kernels/test_fp4_decode_ptx.py executes it instruction by instruction -----
 
 
 # ---- the sm_90 compile of the decode-shape configurations (no GPU needed) ------------------------------
 _SM90_SCRIPT = textwrap.dedent("""
-    import json, sys, triton, triton.language as tl
-    from triton.compiler import ASTSource
-    from triton.backends.compiler import GPUTarget
+    import json, sys
+    from benchmarks.fp4_weight_only_sass import analyse, compile_wo
     from lowbit.kernels import fp4_weight_only as wo
-    from sm90 import usage
-    fn = wo._wo_kernel
     out = []
-    picks = [(c, 16, 16) for c in wo.WO_CONFIGS if c.kwargs["BLOCK_M"] == 16][:int(sys.argv[1])]
-    picks.append(([c for c in wo.WO_CONFIGS if c.kwargs["BLOCK_N"] == 64 and c.num_warps == 4][0], 32, 1))  # MX 1x32
-    for cfg, sblock, srows in picks:
-        pipe = wo.pipe_scales(cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_K"], sblock, cfg.num_warps)
-        cx = dict(SBLOCK=sblock, SROWS=srows, MX=sblock == 32, HAS_BIAS=False, ASM=True, EVEN_K=True,
-                  DOT_DTYPE=tl.bfloat16, PIPE_SCALES=pipe, **cfg.kwargs)
-        sig, attrs = {}, {}
-        cx["stride_cn"] = 1  # C is contiguous: the JIT specialises the 1
-        for i, p in enumerate(fn.arg_names):  # and 16-byte pointers, N, K, the other strides % 16
-            sig[p] = "constexpr" if p in cx else wo._SIG[p]
-            if p not in cx and (wo._SIG[p].startswith("*") or p in ("N", "K", "stride_w", "stride_s", "stride_xm",
-                                                                      "stride_cm")):
-                attrs[(i,)] = [["tt.divisibility", 16]]
-        opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        if getattr(cfg, "maxnreg", None):
-            opts["maxnreg"] = cfg.maxnreg
-        c = triton.compile(ASTSource(fn, sig, constexprs=cx, attrs=attrs), target=GPUTarget("cuda", 90, 32),
-                           options=opts)
-        out.append(dict(cfg=str(cfg), warps=cfg.num_warps, **usage(c),
-                        shared=c.metadata.shared, async_copies=c.asm["ttgir"].count("async_copy_global_to_local"),
-                        stages=cfg.num_stages, wgmma="warp_group_dot" in c.asm["ttgir"], pipe=pipe))
+    picks = [(c, 16, 16, None) for c in wo.WO_CONFIGS if c.kwargs["BLOCK_M"] == 16][:int(sys.argv[1])]
+    picks.append(([c for c in wo.WO_CONFIGS if c.kwargs["BLOCK_N"] == 64 and c.num_warps == 4][0], 32, 1, None))  # MX
+    picks += [(picks[0][0], 16, 16, d) for d in (0, 2, "slots")]  # other decodes / one dot a slot, config 0
+    for cfg, sblock, srows, decode in picks:
+        full = dict(cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                    maxnreg=getattr(cfg, "maxnreg", None))
+        if decode == "slots":
+            full.update(SLOT_DOTS=True, maxnreg=None)
+        elif decode is not None:
+            full["DECODE"] = decode
+        c, warps = compile_wo(full, sblock, srows, mx=sblock == 32)
+        a = analyse(c, cfg.kwargs["BLOCK_N"] * cfg.kwargs["BLOCK_K"] // (32 * warps))
+        out.append(dict(cfg=str(cfg), warps=warps, regs=a["regs"], stack=a["stack"], shared=a["shared"],
+                        decode=full.get("DECODE", wo.DEFAULT_DECODE), slots=bool(full.get("SLOT_DOTS")),
+                        per_unit=a["per_unit"],
+                        alu=a["groups_per_unit"].get("alu", 0), stages=cfg.num_stages,
+                        async_copies=c.asm["ttgir"].count("async_copy_global_to_local"),
+                        wgmma="warp_group_dot" in c.asm["ttgir"],
+                        pipe=wo.pipe_scales(cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_K"], sblock, warps)))
     print(json.dumps(out))
 """)
 
@@ -335,7 +271,10 @@ def test_sm90_decode_configs_stay_resident_and_stream():
     scheduler: the decode is issue-bound), wgmma, and all three operands (words, block scales,
     activations) as asynchronous copies in every pipeline stage (the scales too, where a thread's
     share is >= 4 bytes: a row's bytes are one aligned vector once the K offset is known to be a
-    multiple of the K tile)."""
+    multiple of the K tile). The K loop's SASS (``benchmarks/fp4_weight_only_sass.py``): DECODE 1
+    (the default) issues fewer instructions and far fewer INT32-pipe ones per 16 bytes of codes
+    than DECODE 0, DECODE 2 no more than DECODE 1, with the same registers; one dot a slot
+    (SLOT_DOTS) needs <= 80 registers at 256 x 128 (3 CTAs a SM, uncapped)."""
     kernels = run_script(_SM90_SCRIPT, "2", env_extra={"TRITON_DEFAULT_FP_FUSION": "1"})
     for k in kernels:
         regs = -(-k["regs"] // 8) * 8
@@ -345,4 +284,9 @@ def test_sm90_decode_configs_stay_resident_and_stream():
         assert k["wgmma"], k
         # (stages - 1) copies in the prologue + 1 in the loop, for words, activations (and scales)
         assert k["async_copies"] == (3 if k["pipe"] else 2) * k["stages"], k
-    assert [k["pipe"] for k in kernels] == [True, True, False]  # NV 16x16 piped; MX 1x32 at 64 x 128 by hand
+    assert [k["pipe"] for k in kernels] == [True, True, False, True, True, True]  # NV 16x16 piped; MX 1x32 by hand
+    d1, d0, d2, slots = kernels[0], kernels[3], kernels[4], kernels[5]
+    assert slots["slots"] and slots["regs"] <= 80, slots  # (instructions: 3.52 / 16 B with triton 3.6, 3.79 with 3.9)
+    assert (d0["decode"], d1["decode"], d2["decode"]) == (0, 1, 2)
+    assert d1["per_unit"] < d0["per_unit"] - 0.15 and d1["alu"] < d0["alu"] - 0.3, (d0, d1)
+    assert d2["per_unit"] <= d1["per_unit"] + 0.02 and d2["regs"] <= d1["regs"] == d0["regs"], (d1, d2)
