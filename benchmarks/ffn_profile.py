@@ -7,7 +7,9 @@ For each ``variant:mode`` (variant names as ffn_train's: bf16, lowbit-<fmt>[@gem
 torchao-<recipe>): build it, run 5 warm-up steps, profile 5 steps, and report the step's GPU time
 split into groups by kernel name (FP8/FP4 GEMMs, bf16 GEMMs, casts/quantize, elementwise and
 inductor-fused kernels, reductions (amax), memset/copy, other), with each group's share, and the
-top kernels by total device time. Writes DIR/ffn_profile.json; a table per variant last.
+top kernels by total device time, and the host's self CPU time by op. Writes DIR/ffn_profile.json;
+a table per variant last. ``--cprofile variant:mode``: instead, cProfile of the Python side of 10
+steps (DIR/ffn_host_profile.txt).
 """
 from __future__ import annotations
 
@@ -93,11 +95,51 @@ def profile(name: str, mode: str, steps: int = 5) -> dict:
                           "calls_per_step": e.count / steps} for e in cpu]}
 
 
+def host_profile(name: str, mode: str, steps: int = 10, top: int = 35) -> str:
+    """cProfile of ``steps`` training steps (after warm-up): the Python functions by own time and
+    by cumulative time (the host side of the step: where a host-bound step spends it)."""
+    import cProfile
+    import io
+    import pstats
+    torch.manual_seed(0)
+    base = SwiGLU(4096, 14336).to("cuda", torch.bfloat16)
+    x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    gy = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)
+    m = make_variant(base, name)
+    fn = torch.compile(m) if mode == "compiled" else m
+
+    def step():
+        x.grad = None
+        fn(x).backward(gy)
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(steps):
+        step()
+    pr.disable()
+    torch.cuda.synchronize()
+    out = io.StringIO()
+    st = pstats.Stats(pr, stream=out)
+    st.sort_stats("tottime").print_stats(top)
+    st.sort_stats("cumulative").print_stats(top)
+    return out.getvalue()
+
+
 def main():
     def extra(p):
         p.add_argument("--variants", default="bf16:eager,lowbit-fp8:eager,lowbit-fp8:compiled,"
                                              "torchao-tensorwise:compiled")
+        p.add_argument("--cprofile", default=None, help="variant:mode whose host side to cProfile (10 steps)")
     args = parse_args(__doc__.splitlines()[0], extra)
+    if args.cprofile:
+        name, _, mode = args.cprofile.partition(":")
+        text = host_profile(name, mode or "eager")
+        print(text)
+        with open(os.path.join(args.out, "ffn_host_profile.txt"), "w") as f:
+            f.write(text)
+        return
     results, errors = [], []
     for spec in args.variants.split(","):
         name, _, mode = spec.partition(":")
