@@ -22,10 +22,19 @@ from typing import Optional
 
 import torch
 
-from . import ops as _ops  # noqa: F401  (registers torch.ops.lowbit.*)
+from . import ops as _ops  # (also registers torch.ops.lowbit.*)
 from .spec import effective_backend
 
 __all__ = ["linear"]
+
+
+def _call(name: str, *args):
+    """``torch.ops.lowbit.<name>(*args)`` under torch.compile (the custom op it traces), else the
+    op's Python implementation directly (``ops.EAGER``: the same function, without the custom-op
+    dispatch on the host)."""
+    if torch.compiler.is_compiling():
+        return getattr(torch.ops.lowbit, name)(*args)
+    return _ops.EAGER[name](*args)
 
 
 def _db(g: torch.Tensor, dtype: Optional[torch.dtype]):
@@ -41,7 +50,7 @@ class _FP8Linear(torch.autograd.Function):
     def forward(ctx, x, w, bias, recipe, backend, n_state, *tensors):
         state = list(tensors[:n_state])
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        y, *saved = torch.ops.lowbit.fp8_linear_fwd(x, w, bias, state[:6], recipe, backend, need_dw, need_dx)
+        y, *saved = _call("fp8_linear_fwd", x, w, bias, state[:6], recipe, backend, need_dw, need_dx)
         ctx.save_for_backward(*saved)
         # the grad-scaling buffers are updated in place by the backward op: held on ctx, not
         # saved (a layer used twice per step would otherwise trip autograd's version check)
@@ -53,8 +62,8 @@ class _FP8Linear(torch.autograd.Function):
     def backward(ctx, g):
         recipe, backend, x_dtype, w_dtype, need_dx, need_dw, db_dtype = ctx.meta
         xd, xs, wd, ws = ctx.saved_tensors
-        dx, dw = torch.ops.lowbit.fp8_linear_bwd(g, xd, xs, wd, ws, ctx.gstate, recipe, backend, x_dtype,
-                                                 w_dtype, need_dx, need_dw)
+        dx, dw = _call("fp8_linear_bwd", g, xd, xs, wd, ws, ctx.gstate, recipe, backend, x_dtype, w_dtype,
+                       need_dx, need_dw)
         return (dx if need_dx else None, dw if need_dw else None, _db(g, db_dtype), None, None, None,
                 *([None] * (len(ctx.needs_input_grad) - 6)))
 
@@ -63,7 +72,7 @@ class _FP4Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, bias, recipe, backend, seed, signs, step):
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        y, *saved = torch.ops.lowbit.fp4_linear_fwd(x, w, bias, signs, recipe, backend, need_dw, need_dx)
+        y, *saved = _call("fp4_linear_fwd", x, w, bias, signs, recipe, backend, need_dw, need_dx)
         ctx.save_for_backward(*saved)
         ctx.signs, ctx.step = signs, step  # step is advanced in place by the backward op
         ctx.meta = (recipe, backend, seed, x.dtype, w.dtype, need_dx, need_dw, _bias_grad_dtype(ctx, bias))
@@ -73,8 +82,8 @@ class _FP4Linear(torch.autograd.Function):
     def backward(ctx, g):
         recipe, backend, seed, x_dtype, w_dtype, need_dx, need_dw, db_dtype = ctx.meta
         xq, xs, xg, wq, ws, wg = ctx.saved_tensors
-        dx, dw = torch.ops.lowbit.fp4_linear_bwd(g, xq, xs, xg, wq, ws, wg, ctx.signs, ctx.step, seed, recipe,
-                                                 backend, x_dtype, w_dtype, need_dx, need_dw)
+        dx, dw = _call("fp4_linear_bwd", g, xq, xs, xg, wq, ws, wg, ctx.signs, ctx.step, seed, recipe, backend,
+                       x_dtype, w_dtype, need_dx, need_dw)
         return dx if need_dx else None, dw if need_dw else None, _db(g, db_dtype), None, None, None, None, None
 
 

@@ -45,7 +45,7 @@ from ..scaling.delayed import DelayedScalingState
 from ..scaling.recipes import NV, Delayed
 from .spec import decode
 
-__all__ = ["fp8_linear_fwd", "fp8_linear_bwd", "fp4_linear_fwd", "fp4_linear_bwd", "sr_generator"]
+__all__ = ["fp8_linear_fwd", "fp8_linear_bwd", "fp4_linear_fwd", "fp4_linear_bwd", "sr_generator", "EAGER"]
 
 T = torch.Tensor
 
@@ -61,8 +61,7 @@ def _states(recipe, tensors: List[T], roles, primed_by: Tuple[T, ...], fake: boo
                          f"got {len(tensors)} tensors")
     out = []
     for i, (role, x) in enumerate(zip(roles, primed_by)):
-        st = DelayedScalingState(recipe, recipe.format(role))
-        st.amax_history, st.scale, st.primed = tensors[3 * i: 3 * i + 3]
+        st = DelayedScalingState.over(recipe, recipe.format(role), *tensors[3 * i: 3 * i + 3])
         if recipe.amax_init and not fake:
             st.prime(x)
         out.append(st)
@@ -219,3 +218,10 @@ def fp4_linear_bwd(g: T, xq: T, xs: T, xg: T, wq: T, ws: T, wg: T, signs: Option
 
 
 fp4_linear_bwd.register_fake(_fp4_bwd)
+
+
+# The Python implementations behind the ops, for eager mode: ``functional`` calls these directly
+# unless torch.compile is tracing (the custom-op dispatch costs tens of microseconds a call on the
+# host, which an eager step pays for every layer); the ops themselves stay what compile sees.
+EAGER = {"fp8_linear_fwd": _fp8_fwd, "fp8_linear_bwd": _fp8_bwd, "fp4_linear_fwd": _fp4_fwd,
+         "fp4_linear_bwd": _fp4_bwd}

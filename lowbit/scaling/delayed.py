@@ -36,6 +36,18 @@ class DelayedScalingState(nn.Module):
         self.register_buffer("scale", torch.ones((), dtype=torch.float32))
         self.primed = torch.zeros((), dtype=torch.bool)  # CPU on purpose (module docstring)
 
+    @classmethod
+    def over(cls, recipe: Delayed, fmt, amax_history: torch.Tensor, scale: torch.Tensor,
+             primed: torch.Tensor) -> "DelayedScalingState":
+        """A state over existing tensors (they are its buffers, updated in place): what the
+        Linear's ops build per call, without allocating the buffers ``__init__`` would."""
+        st = cls.__new__(cls)
+        nn.Module.__init__(st)
+        st.recipe, st.fmt = recipe, get_format(fmt)
+        st._buffers["amax_history"], st._buffers["scale"] = amax_history, scale
+        st.primed = primed
+        return st
+
     def _scale_from(self, a: torch.Tensor) -> None:
         new = div_exact(a, self.fmt.max) * (2.0 ** self.recipe.margin)
         good = (a > 0) & torch.isfinite(new) & (new > 0)

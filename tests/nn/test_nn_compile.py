@@ -50,3 +50,35 @@ def test_nvfp4_stochastic_rounding_compiles_and_replays_eager_bit_for_bit():
     assert comp_losses == eager_losses
     assert torch.equal(comp_sd["0.weight"], eager_sd["0.weight"])
     assert comp_sd["0.lowbit_state.sr._extra_state"] == {"step": 3}
+
+
+def test_compiled_graphs_call_the_custom_ops_and_eager_bypasses_them():
+    """Under torch.compile the forward and backward graphs hold the lowbit custom ops (not the
+    emulation traced through); eager mode runs their Python implementations without the custom-op
+    dispatch (``lowbit.nn.functional._call``), with the same results."""
+    from torch._dynamo.backends.common import aot_autograd
+    from lowbit.nn import ops
+    torch._dynamo.reset()
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return gm.forward
+    for recipe, kind in ((Delayed(history_len=4), "fp8"), (NV(), "fp4")):
+        graphs.clear()
+        m = _model(recipe)
+        f = torch.compile(m, fullgraph=True, backend=aot_autograd(fw_compiler=keep, bw_compiler=keep))
+        f(torch.randn(16, 32)).sum().backward()
+        fw, bw = graphs
+        assert fw.count(f"lowbit.{kind}_linear_fwd") == 2 and bw.count(f"lowbit.{kind}_linear_bwd") == 2
+        assert "aten.round" not in fw + bw  # no emulated quantization traced into the graphs
+    calls = []
+    real = dict(ops.EAGER)
+    try:
+        for name, fn in real.items():
+            ops.EAGER[name] = lambda *a, fn=fn, name=name: calls.append(name) or fn(*a)
+        m = _model(Delayed(history_len=4))
+        m(torch.randn(16, 32)).sum().backward()
+    finally:
+        ops.EAGER.update(real)
+    assert calls.count("fp8_linear_fwd") == 2 and calls.count("fp8_linear_bwd") == 2
