@@ -413,8 +413,8 @@ def fp8_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[t
     chunk). ``variant``: "auto" (the promoting warp-specialized Gluon kernel, ``gemm_gluon`` /
     ``gemm_gluon_ws``, where it takes the call: sm_90, not fast_accum, tensorwise / rowwise /
     1x128 x 128x128 blockwise scales; else "triton"), "ws" (as "auto", and fast_accum on the
-    warp-specialized 128x256 kernel, where "auto" keeps the plain-Triton one, faster there), "triton" (``_auto_variant`` of the two Triton kernels),
-    "tma" or "pointer".
+    warp-specialized 128x256 kernel, where "auto" keeps the plain-Triton one, faster there),
+    "triton" (``_auto_variant`` of the two Triton kernels), "tma" or "pointer".
     """
     plan = gemm_plan(a, b)
     if isinstance(plan, str):

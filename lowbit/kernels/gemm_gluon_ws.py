@@ -18,13 +18,21 @@ ring and its mbarriers:
   ``wait(0)``; arrive on ``empty`` (count 2: the slot is free once both warp groups retired it).
 
 The two consumers never synchronize with each other, so one's drain bubble, promotion and
-epilogue overlap the other's wgmmas. Registers per consumer thread: acc + T0 + T1 = 3 x 64 fp32
-(m64n128), set by ``setmaxnreg`` (``REGS``: consumer worker, producer; the default partition
-gets what ``maxnreg`` leaves). Shared memory: STAGES x 2 x (16 KB A + 16 KB B) = 192 KB for 3
-stages. Error bound as ``gemm_gluon``: ``|C - C*| <= (eps_mma(128) + gamma_(n+2)) sum_k |a_k b_k|``
-with ``n = ceil(K/128)``; the same fp32 operations in the same order per element (each chunk's
-wgmma sum, then the promotion adds in chunk order), so the result equals ``gemm_gluon``'s bit
-for bit when the tensor cores sum a chunk the same way.
+epilogue overlap the other's wgmmas (an ``mbarrier.arrive`` syncs only its own partition's 128
+threads, then one thread arrives). Blockwise loads the next stage's op-0 scales a stage ahead.
+Registers per consumer thread: acc + T0 + T1 = 3 x 64 fp32 (m64n128), set by ``setmaxnreg``
+(``WS_CONFIGS``: the consumer worker's and the producer's counts; the default partition gets what
+``maxnreg`` leaves). Shared memory: STAGES x 2 x (16 KB A + 16 KB B) = 192 KB for 3 stages. Error
+bound as ``gemm_gluon``: ``|C - C*| <= (eps_mma(128) + gamma_(n+2)) sum_k |a_k b_k|`` with
+``n = ceil(K/128)``; the same fp32 operations in the same order per element (each chunk's wgmma
+sum, then the promotion adds in chunk order), so the result equals ``gemm_gluon``'s bit for bit
+when the tensor cores sum a chunk the same way. On the H200: 1303 TFLOP/s at 8192^3 tensorwise
+(0.97x cuBLAS precise; ``gemm_gluon`` 978), benchmarks/RESULTS.md, session 4.
+
+``FAST`` configurations (``wsfast_*``): no promotion (cuBLAS ``use_fast_accum``), every chunk's
+wgmma accumulates into one accumulator, so 128x256 tiles fit (128 registers); slower than the
+plain-Triton fast kernel on the H200 (1215 vs 1305 TFLOP/s at 8192^3), reached by
+``fp8_scaled_mm(variant="ws")`` only.
 """
 from __future__ import annotations
 
@@ -72,32 +80,6 @@ if gl is not None:
                                   a_bufs.index((slot * SUBK + h) * 2 + r))
                     _tma_load(b_desc, [pid_n * BLOCK_N, k], bar, b_bufs.index(slot * SUBK + h))
                 p += 1
-
-    @gluon.jit
-    def _ws_consumer_fast(a_bufs, b_bufs, ready, empty, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N,
-                          stride_cm, stride_cn, stride_sam, stride_sbn, num_pid_m, num_pid_n,
-                          num_tiles, n_stages, WG: gl.constexpr, MODE: gl.constexpr,
-                          HAS_BIAS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                          SUBK: gl.constexpr, GROUP_M: gl.constexpr, mma_layout: gl.constexpr):
-        """Fast accumulation (no promotion, cuBLAS ``use_fast_accum``): every chunk's wgmma adds
-        into the one accumulator; a stage's slot is released once its wgmmas retired."""
-        HALF_M: gl.constexpr = 64
-        c = 0
-        for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
-            pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-            off_m = pid_m * 2 * HALF_M + WG * HALF_M
-            acc = gl.zeros([HALF_M, BLOCK_N], gl.float32, mma_layout)
-            for st in range(n_stages):
-                slot = c % STAGES
-                mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
-                for h in gl.static_range(SUBK):
-                    acc = warpgroup_mma(a_bufs.index((slot * SUBK + h) * 2 + WG),
-                                        b_bufs.index(slot * SUBK + h).permute((1, 0)), acc, is_async=True)
-                acc = warpgroup_mma_wait(0, deps=[acc])
-                mbarrier.arrive(empty.index(slot), count=1)
-                c += 1
-            _epilogue(acc, c_ptr, bias_ptr, sa_ptr, sb_ptr, off_m, pid_n * BLOCK_N, M, N, stride_cm,
-                      stride_cn, stride_sam, stride_sbn, MODE, HAS_BIAS, mma_layout, HALF_M, BLOCK_N)
 
     @gluon.jit
     def _ws_consumer(a_bufs, b_bufs, ready, empty, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N, K,
@@ -254,9 +236,10 @@ WS_DEFAULT = {"promote": "ws_s3", "fast": "wsfast_n256_s4"}  # fp8_scaled_mm(var
 
 
 def promote_config(M: int, N: int) -> str:
-    """The promoting configuration for an (M, N) output: GROUP_M 16 from 8192 x 8192 up (H200,
-    2026-12-01: 0.857 vs 0.918 ms at 8192^3, 1.75 vs 1.83 ms at 16384x14336x4096), 8 below
-    (0.083 vs 0.097 ms at 2048x4096x4096; 4096^3 even)."""
+    """The promoting configuration for an (M, N) output: GROUP_M 16 from 8192 x 8192 up, 8 below
+    (H200, 2026-12-01: 16 won at 16384x14336x4096 in both runs, 1.75 / 1.77 vs 1.83 / 1.86 ms,
+    and lost at 2048x4096x4096, 0.097 vs 0.083 ms; at 8192^3 the runs disagreed, 0.857 vs 0.918
+    and 0.937 vs 0.891 ms, noise-sized)."""
     return "ws_s3_g16" if M * N >= 8192 * 8192 else "ws_s3"
 _BM = _BK = 128
 

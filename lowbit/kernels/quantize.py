@@ -20,7 +20,7 @@ powers of two up to 128; 2-D blocks on tensors of more than two dims; inputs the
 (it then raises its error). FP8 data keeps the memory layout of a 1-D/2-D x (as the reference's
 elementwise ops do); scales, FP4 data and the data of N-D inputs are contiguous.
 
-Launch choices (tiles of ~4096 elements, ~8 per thread; grid-stride programs where an amax is
+Launch choices (tiles of ~4096 elements, 8-16 per thread; grid-stride programs where an amax is
 reduced; the fast exact division; amax slots instead of a zero-filled atomic target) are the
 functions of ``quantize_policy``, read at each launch; ``benchmarks/quantize.py --sweep`` checks
 and times the alternatives.

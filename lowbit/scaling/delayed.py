@@ -41,6 +41,8 @@ class DelayedScalingState(nn.Module):
              primed: torch.Tensor) -> "DelayedScalingState":
         """A state over existing tensors (they are its buffers, updated in place): what the
         Linear's ops build per call, without allocating the buffers ``__init__`` would."""
+        if not isinstance(recipe, Delayed):
+            raise TypeError(f"DelayedScalingState needs a Delayed recipe, got {type(recipe).__name__}")
         st = cls.__new__(cls)
         nn.Module.__init__(st)
         st.recipe, st.fmt = recipe, get_format(fmt)

@@ -56,6 +56,7 @@ def test_compiled_graphs_call_the_custom_ops_and_eager_bypasses_them():
     """Under torch.compile the forward and backward graphs hold the lowbit custom ops (not the
     emulation traced through); eager mode runs their Python implementations without the custom-op
     dispatch (``lowbit.nn.functional._call``), with the same results."""
+    from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     from lowbit.nn import ops
     torch._dynamo.reset()
@@ -63,7 +64,7 @@ def test_compiled_graphs_call_the_custom_ops_and_eager_bypasses_them():
 
     def keep(gm, example_inputs):
         graphs.append(str(gm.graph))
-        return gm.forward
+        return make_boxed_func(gm.forward)
     for recipe, kind in ((Delayed(history_len=4), "fp8"), (NV(), "fp4")):
         graphs.clear()
         m = _model(recipe)
