@@ -44,12 +44,13 @@ def group_of(name: str) -> str:
     return "other"
 
 
-def profile(name: str, mode: str, steps: int = 5) -> dict:
+def warm_step(name: str, mode: str):
+    """The FFN training step of ``variant:mode`` (ffn_train's shapes), run 5 times (compiled,
+    autotuned); returns the step function."""
     torch.manual_seed(0)
-    tokens, d, h = 8192, 4096, 14336
-    base = SwiGLU(d, h).to("cuda", torch.bfloat16)
-    x = torch.randn(tokens, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    gy = torch.randn(tokens, d, device="cuda", dtype=torch.bfloat16)
+    base = SwiGLU(4096, 14336).to("cuda", torch.bfloat16)
+    x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    gy = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)
     m = make_variant(base, name)
     fn = torch.compile(m) if mode == "compiled" else m
 
@@ -59,6 +60,11 @@ def profile(name: str, mode: str, steps: int = 5) -> dict:
     for _ in range(5):
         step()
     torch.cuda.synchronize()
+    return step
+
+
+def profile(name: str, mode: str, steps: int = 5) -> dict:
+    step = warm_step(name, mode)
     import time
     t0 = time.perf_counter()
     for _ in range(10):
@@ -101,19 +107,7 @@ def host_profile(name: str, mode: str, steps: int = 10, top: int = 35) -> str:
     import cProfile
     import io
     import pstats
-    torch.manual_seed(0)
-    base = SwiGLU(4096, 14336).to("cuda", torch.bfloat16)
-    x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    gy = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)
-    m = make_variant(base, name)
-    fn = torch.compile(m) if mode == "compiled" else m
-
-    def step():
-        x.grad = None
-        fn(x).backward(gy)
-    for _ in range(5):
-        step()
-    torch.cuda.synchronize()
+    step = warm_step(name, mode)
     pr = cProfile.Profile()
     pr.enable()
     for _ in range(steps):
