@@ -405,14 +405,24 @@ def _auto_variant(device, qa, qb) -> str:
     return "tma"
 
 
+def _gluon_first(M: int, fast_accum: bool, variant: str) -> bool:
+    """Whether ``fp8_scaled_mm`` offers the call to the Gluon kernels before the Triton ones:
+    "ws" always; "auto" for promoting GEMMs of M >= 128 rows (H200, CUDA-graph timing, N = K =
+    8192: at M = 16 the plain-Triton small-M tiles won in every mode, 0.0278-0.0302 vs
+    0.0311-0.0355 ms; at M = 128 they were within 4% of each other, Gluon ahead for blockwise)."""
+    if variant == "ws":
+        return True
+    return not fast_accum and M >= 128
+
+
 def fp8_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[torch.Tensor] = None,
                   *, fast_accum: bool = False, variant: str = "auto") -> torch.Tensor:
     """``a @ b (+ bias)`` for FP8Tensors a ``(M, K)``, b ``(K, N)`` on the Triton kernels.
 
     ``fast_accum``: no promotion for tensorwise/rowwise scales (K-scaled GEMMs always promote per
     chunk). ``variant``: "auto" (the promoting warp-specialized Gluon kernel, ``gemm_gluon`` /
-    ``gemm_gluon_ws``, where it takes the call: sm_90, not fast_accum, tensorwise / rowwise /
-    1x128 x 128x128 blockwise scales; else "triton"), "ws" (as "auto", and fast_accum on the
+    ``gemm_gluon_ws``, where it takes the call: sm_90, not fast_accum, M >= 128 (``_gluon_first``),
+    tensorwise / rowwise / 1x128 x 128x128 blockwise scales; else "triton"), "ws" (as "auto", and fast_accum on the
     warp-specialized 128x256 kernel, where "auto" keeps the plain-Triton one, faster there),
     "triton" (``_auto_variant`` of the two Triton kernels), "tma" or "pointer".
     """
@@ -420,8 +430,7 @@ def fp8_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[t
     if isinstance(plan, str):
         raise ValueError(f"fp8_scaled_mm: {plan}")
     if variant in ("auto", "ws"):
-        gluon = variant == "ws" or not fast_accum
-        if gluon and a.device.type == "cuda" and not interpreting():
+        if _gluon_first(a.shape[0], fast_accum, variant) and a.device.type == "cuda" and not interpreting():
             from .gemm_gluon import gluon_fp8_scaled_mm
             from .gemm_gluon_ws import WS_DEFAULT
             config = WS_DEFAULT["fast" if fast_accum else "promote"] if variant == "ws" else None

@@ -116,3 +116,11 @@ def test_variant_ws_falls_back_exactly_on_the_cpu():
     with pytest.raises(ValueError, match="variant"):
         fp8_scaled_mm(a, b, torch.float32, variant="nope")
 
+
+
+def test_auto_offers_promoting_gemms_of_128_rows_and_more_to_gluon():
+    from lowbit.kernels.gemm import _gluon_first
+    assert _gluon_first(128, False, "auto") and _gluon_first(8192, False, "auto")
+    assert not _gluon_first(64, False, "auto") and not _gluon_first(16, False, "auto")
+    assert not _gluon_first(8192, True, "auto")  # fast accumulation: the plain-Triton kernel
+    assert _gluon_first(16, True, "ws") and _gluon_first(16, False, "ws")
