@@ -2,8 +2,8 @@
 # One lease call on the H200: install the carried wheels (torchao), then run the named benchmark
 # scripts, each under its own time limit and with its own arguments (commas for spaces), all
 # logging into $OUT/run.log (a call brings back at most 8 files); prints each script's last lines
-# (its table) at the end. Usage:
-#   bash benchmarks/device_run.sh "gemm:300 quantize:150:--sweep,--budget,140 fma_guard_gpu:90"
+# (its table) at the end. Usage (a "%" in the arguments is a literal comma):
+#   bash benchmarks/device_run.sh "gemm:300 quantize:150:--sweep,--budget,140 ffn_train:300:--modes,eager%graph"
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -17,9 +17,11 @@ LOG=$OUT/run.log
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader | tee -a "$LOG"
 for item in $1; do
   IFS=: read -r name limit args <<< "$item"
-  echo "=== $name (limit ${limit}s) ${args//,/ }" >> "$LOG"
+  args=${args//,/ }
+  args=${args//%/,}
+  echo "=== $name (limit ${limit}s) $args" >> "$LOG"
   # shellcheck disable=SC2086
-  timeout "$limit" python3 "benchmarks/$name.py" --out "$OUT" ${args//,/ } >> "$LOG" 2>&1
+  timeout "$limit" python3 "benchmarks/$name.py" --out "$OUT" $args >> "$LOG" 2>&1
   echo "exit $? after ${SECONDS}s" | tee -a "$LOG"
 done
 for item in $1; do

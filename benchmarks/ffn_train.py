@@ -6,6 +6,12 @@ variant's output and input gradient are compared with the bf16 step (relative Fr
 
     python benchmarks/ffn_train.py --out DIR [--quick] [--formats fp8,fp8+precise,fp8-block] [--modes eager]
 
+Modes: ``eager``; ``compiled`` (``torch.compile``, default mode); ``graph`` (the eager step
+captured whole in one CUDA graph after three warm-up steps, then replayed: no host cost at all);
+``compiled-graph`` (``torch.compile(mode="reduce-overhead")``: inductor's CUDA graphs; the row
+records how many graphs inductor declined to capture, ``cudagraph_skips``, with the reasons in
+the log).
+
 ``fmt+precise``: the recipe with ``fast_accum_fwd=False`` (FP32 promotion in the forward GEMM too).
 ``fmt@triton``: the FP8 GEMMs on the plain-Triton kernels only (backend ``triton-triton``, built
 with ``make_backend(gemm_variant="triton")``), not the promoting Gluon kernel: the A/B of it.
@@ -63,6 +69,21 @@ def make_variant(base: nn.Module, name: str) -> nn.Module:
     return lowbit.convert(m, fmt, recipe=recipe, filter=lambda n, mod: True, backend=backend)
 
 
+def capture(step):
+    """The replay of one CUDA graph of ``step`` (after three warm-up calls on a side stream, so the
+    autotuners and the allocator have settled before capture)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):  # the stream whose library handles the warm-up made
+        step()
+    return graph.replay
+
+
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
@@ -72,7 +93,10 @@ def main():
         p.add_argument("--formats", default="fp8,fp8@triton,fp8+precise,fp8-current,fp8-block,fp8-block@triton,"
                                             "fp8-rowwise")
         p.add_argument("--modes", default="eager,compiled")
+        p.add_argument("--torchao", default="tensorwise,rowwise", help="torchao recipes to measure (if installed)")
     args = parse_args(__doc__, extra)
+    if "compiled-graph" in args.modes:
+        torch._logging.set_logs(perf_hints=True)  # inductor says why it skips a CUDA graph
     torch.manual_seed(0)
     tokens, d, h = (2048, 1024, 3584) if args.quick else (8192, 4096, 14336)
     dev = "cuda"
@@ -84,7 +108,7 @@ def main():
     names = ["bf16"] + [f"lowbit-{f}" for f in args.formats.split(",") if f]
     try:
         import torchao  # noqa: F401
-        names += ["torchao-tensorwise", "torchao-rowwise"]
+        names += [f"torchao-{r}" for r in args.torchao.split(",") if r]
     except ImportError:
         print("torchao not installed: its variants are not measured")
 
@@ -95,12 +119,23 @@ def main():
             row = {"variant": name, "mode": mode}
 
             def run(name=name, mode=mode, row=row):
+                from torch._dynamo.utils import counters
+                torch._dynamo.reset()  # each variant compiles afresh (no cache-size limit across variants)
                 m = make_variant(base, name)
-                fn = torch.compile(m) if mode == "compiled" else m
+                fn = {"compiled": lambda: torch.compile(m),
+                      "compiled-graph": lambda: torch.compile(m, mode="reduce-overhead")}.get(mode, lambda: m)()
                 x = x0.clone().requires_grad_(True)
+                skips0 = counters["inductor"]["cudagraph_skips"]
+                breaks0 = sum(counters["graph_break"].values())
 
-                def step():
+                params = list(m.parameters())
+
+                def step():  # grads set to None, as zero_grad() does: no accumulation kernels
+                    if mode == "compiled-graph":
+                        torch.compiler.cudagraph_mark_step_begin()
                     x.grad = None
+                    for p in params:
+                        p.grad = None
                     y = fn(x)
                     y.backward(gy)
                     return y
@@ -108,12 +143,24 @@ def main():
                 y = step()
                 torch.cuda.synchronize()
                 row["first_step_s"] = round(time.time() - t0, 1)
+                if mode.startswith("compiled"):
+                    row["graph_breaks"] = sum(counters["graph_break"].values()) - breaks0
                 if name == "bf16" and mode == "eager":
                     ref["y"], ref["gx"] = y.detach().clone(), x.grad.detach().clone()
                 if ref:
                     row["rel_err_y"] = rel(y.detach(), ref["y"])
                     row["rel_err_dx"] = rel(x.grad, ref["gx"])
-                ms = bench_ms(step, warmup=100, rep=300)  # ms: ~10 warm-up steps, ~30 timed
+                timed = step
+                if mode == "graph":
+                    timed = capture(step)
+                if mode == "compiled-graph":
+                    for _ in range(3):  # inductor records its graphs in the first calls
+                        step()
+                    row["cudagraph_skips"] = counters["inductor"]["cudagraph_skips"] - skips0
+                ms = bench_ms(timed, warmup=100, rep=300)  # ms: ~10 warm-up steps, ~30 timed
+                if ref and mode != "eager":  # what the replays / compiled steps left in x.grad
+                    torch.cuda.synchronize()
+                    row["rel_err_dx_last"] = rel(x.grad, ref["gx"])
                 row["ms"] = ms
                 row["tflops"] = flops / ms * 1e-9
                 rows.append(row)
@@ -131,7 +178,7 @@ def main():
     write_json(args.out, "ffn_train", {"env": env, "rows": rows})
     print(env)
     print_table(rows, ["variant", "mode", "ms", "tflops", "speedup_vs_bf16", "rel_err_y", "rel_err_dx",
-                       "first_step_s", "error"])
+                       "rel_err_dx_last", "first_step_s", "graph_breaks", "cudagraph_skips", "error"])
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 """Host (CPU) time per call of lowbit's GPU entry points against torch's, on tiny shapes where the
 GPU work is negligible: what an eager step pays in Python before its kernels reach the GPU.
 
-    python benchmarks/host_overhead.py --out DIR [--calls 500]
+    python benchmarks/host_overhead.py --out DIR [--calls 500] [--cprofile]
 
 Each row: ``calls`` back-to-back calls (no synchronization in between, one at the end), wall time
 / calls, after 20 warm-up calls (compiled, autotuned). Anchors: bf16 ``torch.mm``, cuBLAS
 ``torch._scaled_mm``. Rows: ``fp8_scaled_mm`` (promoting Gluon default, fast-accum plain Triton,
 ``variant="triton"``), the fused casts (delayed e4m3 with the transposed copy, current e4m3), and a
 converted ``nn.Linear`` forward + backward (fp8, delayed). A table last; DIR/host_overhead.json.
+``--cprofile``: also cProfile 200 calls of the GEMM, the cast and the Linear step
+(DIR/host_cprofile.txt, by own time and by cumulative time).
 """
 from __future__ import annotations
 
@@ -33,9 +35,30 @@ def per_call_us(fn, calls: int) -> float:
     return (time.perf_counter() - t) / calls * 1e6
 
 
+def write_cprofile(path: str, cases, calls: int = 200, top: int = 30) -> None:
+    import cProfile
+    import io
+    import pstats
+    with open(path, "w") as f:
+        for name, fn in cases:
+            fn()
+            torch.cuda.synchronize()
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(calls):
+                fn()
+            prof.disable()
+            torch.cuda.synchronize()
+            for key in ("tottime", "cumulative"):
+                buf = io.StringIO()
+                pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
+                f.write(f"==== {name}: {calls} calls, by {key}\n{buf.getvalue()}\n")
+
+
 def main():
     def extra(p):
         p.add_argument("--calls", type=int, default=500)
+        p.add_argument("--cprofile", action="store_true")
     args = parse_args(__doc__.splitlines()[0], extra)
     import lowbit
     from lowbit.dtypes import FP8Tensor
@@ -75,6 +98,10 @@ def main():
         if us is not None:
             rows.append({"call": name, "host_us": us})
             print(f"{name}: {us:.1f} us", flush=True)
+    if args.cprofile:
+        write_cprofile(os.path.join(args.out, "host_cprofile.txt"),
+                       [(n, f) for n, f in cases if n.startswith(("fp8_scaled_mm promoting", "quantize delayed",
+                                                                  "lowbit fp8 Linear"))])
     env = env_info()
     env["cpu"] = os.cpu_count()
     write_json(args.out, "host_overhead", {"env": env, "rows": rows, "errors": errors, "shape": f"{M}x{N}x{K}"})

@@ -35,7 +35,9 @@ float8 encode; +nan: ``cvt_handles_nan``), ``lean+nan best`` (with 16/thread, ch
 slots), ``chunks N`` / ``chunks 4+lean+nan`` (block casts, N chunks a program), ``16/thread``,
 ``8w 16/thread``, ``prefetch``, ``16/thread prefetch`` (each on top of lean+nan), ``atomic amax``
 (delayed: the zero-fill + atomic of before), ``current slots``, ``progs/SM N`` (on top of
-lean+nan), ``div.rn``, ``cvt saturates``, ``blocks fast div``, ``tile N``. Prints a table last
+lean+nan), ``div.rn``, ``cvt saturates``, ``blocks fast div``, ``tile N``, ``T RxC wW [prefetch]``
+(the transposing tensorwise casts: tile, warps, prefetch). ``--sweep-only A,B``: only the rows
+whose label starts with one of these. Prints a table last
 and writes DIR/quantize.json.
 """
 from __future__ import annotations
@@ -294,6 +296,12 @@ def sweep_rows():
              ("cvt saturates", dict(cvt_saturates=T), fp8),
              ("blocks fast div", dict(blocks_fast_div=T), blocks)]
     rows += [(f"tile {e}", dict(tile_elems=lambda x, e=e: e), blocks + _named("block 1x128 +T")) for e in (2048, 8192)]
+    tw = _named("delayed e4m3 +T", "current e5m2 +T")
+    for (r, c), w, pre in (((64, 64), 16, False), ((32, 128), 8, False), ((32, 128), 4, True), ((64, 128), 8, True),
+                           ((32, 256), 8, True), ((16, 128), 4, True), ((64, 256), 16, True), ((16, 256), 4, True)):
+        rows += [(f"T {r}x{c} w{w}{' prefetch' if pre else ''}",
+                  dict(transpose_tile=lambda x, t=(r, c): t, transpose_warps=lambda e, w=w: w,
+                       transpose_prefetch=lambda pre=pre: pre), tw)]
     return rows
 
 
@@ -301,7 +309,10 @@ def run_sweep(args, x, small, rows, copy, t_start, save):
     """The sweep rows on x (first shape): check on x and the special tensor, then time."""
     skipped, done, t_sweep = [], 0, time.time()
     pol = kq.policy
+    only = tuple(p for p in (args.sweep_only or "").split(",") if p)
     for label, repl, vs in sweep_rows():
+        if only and not label.startswith(only):
+            continue
         per_row = (time.time() - t_sweep) / done if done else 2.0  # s a variant: compile, check, time
         if time.time() - t_start + per_row * len(vs) > args.budget:  # would not fit: skip (a later,
             skipped.append(label)                                      # shorter row may still fit)
@@ -337,6 +348,7 @@ def main():
     args = parse_args(__doc__.splitlines()[0], extra=lambda p: (
         p.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd references"),
         p.add_argument("--sweep", action="store_true", help="also time the quantize_policy levers (sweep_rows)"),
+        p.add_argument("--sweep-only", default=None, help="comma-separated label prefixes of the sweep rows to run"),
         p.add_argument("--budget", type=float, default=240.0, help="seconds for the whole run: sweep rows that "
                        "would start past it are skipped (and listed)"),
         p.add_argument("--graph", action="store_true", help="no effect: CUDA-graph replays are always timed now"),

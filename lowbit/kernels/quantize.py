@@ -93,9 +93,11 @@ def _tile(x, R: int, C: int, max_c: int = 256):
 
 
 def _tile_t(x, R: int, C: int):
-    """Tile of the casts that also write the transposed copy: squarish, 64 columns on the GPU."""
-    bc = min(64 if policy.tile_elems(x) <= 8192 else 128, triton.next_power_of_2(C))
-    return max(1, min(128, policy.tile_elems(x) // bc, triton.next_power_of_2(R))), bc
+    """Tile of the casts that also write the transposed copy: ``policy.transpose_tile`` (rows x
+    columns, at most), clipped to the tensor."""
+    max_r, max_c = policy.transpose_tile(x)
+    bc = min(max_c, triton.next_power_of_2(C))
+    return max(1, min(max_r, triton.next_power_of_2(R))), bc
 
 
 # ---- FP8 ---------------------------------------------------------------------------------------
@@ -152,7 +154,11 @@ def _fp8_tensorwise(x2, q2, qt, kind, state, transposed, common):
         br, bc = _tile_t(x2, R, C) if transposed else _tile(x2, R, C)
         n_c = triton.cdiv(C, bc)
         n_tiles = triton.cdiv(R, br) * n_c
-        opts, programs, prefetch = policy.opts(br * bc), min(n_tiles, policy.max_programs(x2, br * bc)), False
+        opts, prefetch = policy.opts(br * bc), False
+        if transposed:
+            opts = dict(opts, num_warps=policy.transpose_warps(br * bc))
+            prefetch = policy.transpose_prefetch()
+        programs = min(n_tiles, policy.max_programs(x2, br * bc, opts["num_warps"]))
         vec = 1
     delayed = kind == "delayed"
     slots = policy.delayed_amax_slots() if delayed else policy.current_amax_slots()

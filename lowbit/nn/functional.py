@@ -47,25 +47,26 @@ def _bias_grad_dtype(ctx, bias) -> Optional[torch.dtype]:
 
 class _FP8Linear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w, bias, recipe, backend, n_state, *tensors):
+    def forward(ctx, x, w, bias, recipe, backend, cold, n_state, *tensors):
         state = list(tensors[:n_state])
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        y, *saved = _call("fp8_linear_fwd", x, w, bias, state[:6], recipe, backend, need_dw, need_dx)
+        y, *saved = _call("fp8_linear_fwd", x, w, bias, state[:4], recipe, backend, need_dw, need_dx,
+                          cold[0], cold[1])
         ctx.save_for_backward(*saved)
         # the grad-scaling buffers are updated in place by the backward op: held on ctx, not
         # saved (a layer used twice per step would otherwise trip autograd's version check)
-        ctx.gstate = state[6:]
-        ctx.meta = (recipe, backend, x.dtype, w.dtype, need_dx, need_dw, _bias_grad_dtype(ctx, bias))
+        ctx.gstate = state[4:]
+        ctx.meta = (recipe, backend, x.dtype, w.dtype, need_dx, need_dw, _bias_grad_dtype(ctx, bias), cold[2])
         return y
 
     @staticmethod
     def backward(ctx, g):
-        recipe, backend, x_dtype, w_dtype, need_dx, need_dw, db_dtype = ctx.meta
+        recipe, backend, x_dtype, w_dtype, need_dx, need_dw, db_dtype, prime_g = ctx.meta
         xd, xs, wd, ws = ctx.saved_tensors
         dx, dw = _call("fp8_linear_bwd", g, xd, xs, wd, ws, ctx.gstate, recipe, backend, x_dtype, w_dtype,
-                       need_dx, need_dw)
-        return (dx if need_dx else None, dw if need_dw else None, _db(g, db_dtype), None, None, None,
-                *([None] * (len(ctx.needs_input_grad) - 6)))
+                       need_dx, need_dw, prime_g)
+        return (dx if need_dx else None, dw if need_dw else None, _db(g, db_dtype), None, None, None, None,
+                *([None] * (len(ctx.needs_input_grad) - 7)))
 
 
 class _FP4Linear(torch.autograd.Function):
@@ -90,8 +91,10 @@ class _FP4Linear(torch.autograd.Function):
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], state, backend: str = "auto"):
     """``x W^T + b`` under ``state.recipe`` (``state``: a ``lowbit.nn.LinearState``)."""
     dev = x.device.type
-    if torch.amp.is_autocast_available(dev) and torch.is_autocast_enabled(dev):
-        x = x.to(torch.get_autocast_dtype(x.device.type))
+    # (not torch.amp.is_autocast_available: Dynamo of torch 2.11 cannot trace it, a graph break
+    # per layer; is_autocast_enabled of these two device types it folds to a constant)
+    if dev in ("cuda", "cpu") and torch.is_autocast_enabled(dev):
+        x = x.to(torch.get_autocast_dtype(dev))
     lead, K = x.shape[:-1], x.shape[-1]
     x2 = x.reshape(-1, K)
     backend = effective_backend(backend, x.device.type)
@@ -99,5 +102,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
         y = _FP4Linear.apply(x2, weight, bias, state.recipe_key, backend, state.seed, state.signs(), state.sr_step)
     else:
         tensors = state.tensors()
-        y = _FP8Linear.apply(x2, weight, bias, state.recipe_key, backend, len(tensors), *tensors)
+        cold = state.cold_start()
+        # the grad is primed by the backward of this step, which runs only if autograd records it
+        records = torch.is_grad_enabled() and (x2.requires_grad or weight.requires_grad
+                                               or (bias is not None and bias.requires_grad))
+        cold = (cold[0], cold[1], cold[2] and records)
+        y = _FP8Linear.apply(x2, weight, bias, state.recipe_key, backend, cold, len(tensors), *tensors)
+        state.mark_primed(cold)
     return y.reshape(*lead, y.shape[-1])

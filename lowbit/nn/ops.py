@@ -50,19 +50,19 @@ __all__ = ["fp8_linear_fwd", "fp8_linear_bwd", "fp4_linear_fwd", "fp4_linear_bwd
 T = torch.Tensor
 
 
-def _states(recipe, tensors: List[T], roles, primed_by: Tuple[T, ...], fake: bool) -> list:
-    """DelayedScalingState views over the given (amax_history, scale, primed) triples, one per
-    role; with ``recipe.amax_init`` each is primed from its tensor in ``primed_by`` (the cold
-    start, a no-op once primed; skipped in shape propagation)."""
+def _states(recipe, tensors: List[T], roles, prime: Tuple[bool, ...], primed_by: Tuple[T, ...],
+            fake: bool) -> list:
+    """DelayedScalingState views over the given (amax_history, scale) pairs, one per role; the
+    roles flagged in ``prime`` (the cold start, ``LinearState.cold_start``) first take their scale
+    from their tensor in ``primed_by`` (skipped in shape propagation)."""
     if not isinstance(recipe, Delayed):
         return [None] * len(roles)
-    if len(tensors) != 3 * len(roles):
-        raise ValueError(f"Delayed scaling needs (amax_history, scale, primed) for {roles}, "
-                         f"got {len(tensors)} tensors")
+    if len(tensors) != 2 * len(roles):
+        raise ValueError(f"Delayed scaling needs (amax_history, scale) for {roles}, got {len(tensors)} tensors")
     out = []
     for i, (role, x) in enumerate(zip(roles, primed_by)):
-        st = DelayedScalingState.over(recipe, recipe.format(role), *tensors[3 * i: 3 * i + 3])
-        if recipe.amax_init and not fake:
+        st = DelayedScalingState.over(recipe, recipe.format(role), *tensors[2 * i: 2 * i + 2])
+        if prime[i] and not fake:
             st.prime(x)
         out.append(st)
     return out
@@ -78,12 +78,12 @@ def _fake_mode(*ts) -> bool:
 
 
 # ---- FP8 -------------------------------------------------------------------------------------
-def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, need_wt):
+def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, need_wt, prime_x=False, prime_w=False):
     recipe = decode(recipe_s)
     fake = _fake_mode(x, w)
     if fake:
         backend = "torch"
-    st_x, st_w = _states(recipe, state, ("input", "weight"), (x, w), fake)
+    st_x, st_w = _states(recipe, state, ("input", "weight"), (prime_x, prime_w), (x, w), fake)
     if need_xt:
         qx, qx_t = quantize_fp8_t(x, recipe, "input", st_x, backend)
     else:
@@ -100,21 +100,22 @@ def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, need_wt):
 
 @torch.library.custom_op("lowbit::fp8_linear_fwd", mutates_args=("state",))
 def fp8_linear_fwd(x: T, w: T, bias: Optional[T], state: List[T], recipe: str, backend: str,
-                   need_xt: bool, need_wt: bool) -> Tuple[T, T, T, T, T]:
-    """``y = x w^T + bias`` -> (y, x^T data, x^T scale, w^T data, w^T scale) (empty when not needed)."""
-    return _fp8_fwd(x, w, bias, state, recipe, backend, need_xt, need_wt)
+                   need_xt: bool, need_wt: bool, prime_x: bool, prime_w: bool) -> Tuple[T, T, T, T, T]:
+    """``y = x w^T + bias`` -> (y, x^T data, x^T scale, w^T data, w^T scale) (empty when not needed);
+    ``prime_*``: the cold start of that role's delayed scale (from the tensor's own amax)."""
+    return _fp8_fwd(x, w, bias, state, recipe, backend, need_xt, need_wt, prime_x, prime_w)
 
 
 fp8_linear_fwd.register_fake(_fp8_fwd)
 
 
 def _fp8_bwd(g, xt_data, xt_scale, wt_data, wt_scale, state, recipe_s, backend, x_dtype, w_dtype,
-             need_dx, need_dw):
+             need_dx, need_dw, prime_g=False):
     recipe = decode(recipe_s)
     fake = _fake_mode(g)
     if fake:
         backend = "torch"
-    (st_g,) = _states(recipe, state, ("grad",), (g,), fake)
+    (st_g,) = _states(recipe, state, ("grad",), (prime_g,), (g,), fake)
     qg, qg_t = quantize_fp8_t(g, recipe, "grad", st_g, backend)
     dx = dw = _empty(g)
     if need_dx:
@@ -129,10 +130,10 @@ def _fp8_bwd(g, xt_data, xt_scale, wt_data, wt_scale, state, recipe_s, backend, 
 @torch.library.custom_op("lowbit::fp8_linear_bwd", mutates_args=("state",))
 def fp8_linear_bwd(g: T, xt_data: T, xt_scale: T, wt_data: T, wt_scale: T, state: List[T], recipe: str,
                    backend: str, x_dtype: torch.dtype, w_dtype: torch.dtype, need_dx: bool,
-                   need_dw: bool) -> Tuple[T, T]:
+                   need_dw: bool, prime_g: bool) -> Tuple[T, T]:
     """(dgrad ``g w``, wgrad ``g^T x``) from the saved FP8 operands; empty when not needed."""
     return _fp8_bwd(g, xt_data, xt_scale, wt_data, wt_scale, state, recipe, backend, x_dtype, w_dtype,
-                    need_dx, need_dw)
+                    need_dx, need_dw, prime_g)
 
 
 fp8_linear_bwd.register_fake(_fp8_bwd)

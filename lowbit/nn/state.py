@@ -2,7 +2,8 @@
 
 * ``Delayed``: three ``DelayedScalingState`` children ``input``, ``weight``, ``grad`` (buffers
   ``amax_history`` and ``scale``, saved in the state_dict as ``<layer>.lowbit_state.<role>.*``;
-  the CPU flag ``primed`` of the cold start, derived from the history when loaded).
+  the Python flag ``primed`` of the cold start, derived from the history when loaded; the ops
+  are told which roles to prime, ``cold_start``, and the flags are set by ``mark_primed``).
 * ``NV``: the 16 Hadamard signs (a non-persistent buffer: they follow from a fixed seed) and, with
   stochastic rounding, the step counter of its generator (child ``sr``): a CPU int64 tensor that
   stays on the CPU when the model moves (so reading it never syncs a GPU), saved through
@@ -14,7 +15,7 @@ converted on the meta device).
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -53,11 +54,24 @@ class LinearState(nn.Module):
 
     # ---- what the ops take -----------------------------------------------------------------
     def tensors(self) -> List[torch.Tensor]:
-        """Delayed: (amax_history, scale, primed) of input, weight, grad in that order; else []."""
+        """Delayed: (amax_history, scale) of input, weight, grad in that order; else []."""
         if not isinstance(self.recipe, Delayed):
             return []
         states = [getattr(self, role) for role in ROLES]
-        return [t for st in states for t in (st.amax_history, st.scale, st.primed)]
+        return [t for st in states for t in (st.amax_history, st.scale)]
+
+    def cold_start(self) -> Tuple[bool, bool, bool]:
+        """Which of input, weight, grad the next step primes (``recipe.amax_init``, not yet primed)."""
+        if not (isinstance(self.recipe, Delayed) and self.recipe.amax_init):
+            return (False, False, False)
+        return tuple(not getattr(self, role).primed for role in ROLES)
+
+    def mark_primed(self, roles: Tuple[bool, bool, bool]) -> None:
+        """Set the flags of the roles a step primed (Python attributes: torch.compile records the
+        change as a side effect and recompiles once for the primed state)."""
+        for role, done in zip(ROLES, roles):
+            if done:
+                getattr(self, role).primed = True
 
     def signs(self) -> Optional[torch.Tensor]:
         return self.hadamard_signs if self.has_signs else None
@@ -68,7 +82,7 @@ class LinearState(nn.Module):
             for role in ROLES:
                 getattr(self, role).amax_history.zero_()
                 getattr(self, role).scale.fill_(1.0)
-                getattr(self, role).primed.fill_(False)
+                getattr(self, role).primed = False
         if self.has_signs:
             self.hadamard_signs.copy_(random_signs(HADAMARD_SEED, self.hadamard_signs.device))
         self.sr_step.zero_()

@@ -7,9 +7,10 @@ replaces a good scale. The buffers are saved in the state_dict; across data-para
 history is reduced with all-reduce(MAX) by ``sync`` (a no-op without an initialised process group).
 
 Cold start (``recipe.amax_init``): ``prime(x)`` sets ``scale = amax(x) / fmax * 2^margin`` (same
-rule, x's own finite amax) before the first cast, once; ``primed`` is a CPU bool tensor (not a
-buffer: it stays on the CPU when the module moves, so the ops read it without a device sync). It
-is not saved: loading a state_dict sets it to ``any(amax_history > 0)``, which is what it was
+rule, x's own finite amax) before the first cast, once. ``primed`` is a plain Python bool, not a
+tensor: reading it never syncs a device, torch.compile guards on it (one recompile when it turns
+True) and a CUDA graph captured after the first step holds no cold-start branch and no CPU tensor.
+It is not saved: loading a state_dict sets it to ``any(amax_history > 0)``, which is what it was
 unless every amax recorded so far was 0 (then the next tensor is primed again).
 """
 from __future__ import annotations
@@ -34,11 +35,10 @@ class DelayedScalingState(nn.Module):
         self.fmt = get_format(fmt)
         self.register_buffer("amax_history", torch.zeros(recipe.history_len, dtype=torch.float32))
         self.register_buffer("scale", torch.ones((), dtype=torch.float32))
-        self.primed = torch.zeros((), dtype=torch.bool)  # CPU on purpose (module docstring)
+        self.primed = False  # a Python bool on purpose (module docstring)
 
     @classmethod
-    def over(cls, recipe: Delayed, fmt, amax_history: torch.Tensor, scale: torch.Tensor,
-             primed: torch.Tensor) -> "DelayedScalingState":
+    def over(cls, recipe: Delayed, fmt, amax_history: torch.Tensor, scale: torch.Tensor) -> "DelayedScalingState":
         """A state over existing tensors (they are its buffers, updated in place): what the
         Linear's ops build per call, without allocating the buffers ``__init__`` would."""
         if not isinstance(recipe, Delayed):
@@ -47,7 +47,7 @@ class DelayedScalingState(nn.Module):
         nn.Module.__init__(st)
         st.recipe, st.fmt = recipe, get_format(fmt)
         st._buffers["amax_history"], st._buffers["scale"] = amax_history, scale
-        st.primed = primed
+        st.primed = False
         return st
 
     def _scale_from(self, a: torch.Tensor) -> None:
@@ -58,15 +58,15 @@ class DelayedScalingState(nn.Module):
     @torch.no_grad()
     def prime(self, x: torch.Tensor) -> None:
         """Before the first cast: the scale from x's own finite amax (no-op once primed)."""
-        if bool(self.primed):
+        if self.primed:
             return
         self._scale_from(block_amax(x.detach(), TENSOR).to(device=self.scale.device, dtype=torch.float32))
-        self.primed.fill_(True)
+        self.primed = True
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         if self.amax_history.device.type != "meta":
-            self.primed.fill_(bool((self.amax_history > 0).any()))
+            self.primed = bool((self.amax_history > 0).any())
 
     @torch.no_grad()
     def update(self, amax: torch.Tensor) -> None:

@@ -41,6 +41,8 @@ LEVERS = {
     "block chunks 2": dict(block_chunks=lambda: 2),
     "block chunks 4": dict(block_chunks=lambda: 4),
     "block chunks 8, lean": dict(block_chunks=lambda: 8, lean_cast=lambda: True),
+    "transpose 32x64 prefetch": dict(transpose_tile=lambda x: (32, 64), transpose_prefetch=lambda: True),
+    "transpose 64x32, 2 warps": dict(transpose_tile=lambda x: (64, 32), transpose_warps=lambda e: 2),
 }
 
 # bf16 bit patterns: -qNaN, NaNs with payloads (both signs), +-inf, +-0, +-smallest subnormal,

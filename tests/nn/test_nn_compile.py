@@ -83,3 +83,28 @@ def test_compiled_graphs_call_the_custom_ops_and_eager_bypasses_them():
     finally:
         ops.EAGER.update(real)
     assert calls.count("fp8_linear_fwd") == 2 and calls.count("fp8_linear_bwd") == 2
+
+
+def test_delayed_graphs_take_only_module_buffers_and_recompile_once_when_primed():
+    """CUDA-graph preconditions (``mode="reduce-overhead"`` skips a graph with a CPU tensor input):
+    every tensor the ops take from a layer's state is a buffer of it (so it moves with the model),
+    the cold start is a Python flag set by the first step, and torch.compile recompiles once for
+    it, after which steps hit the cached graph."""
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    m = _model(Delayed(history_len=4))
+    for layer in (m[0], m[2]):
+        st = layer.lowbit_state
+        assert {id(t) for t in st.tensors()} <= {id(b) for b in st.buffers()}
+        assert st.cold_start() == (True, True, True)
+    counters.clear()
+    f = torch.compile(m, fullgraph=True, backend="aot_eager")
+    for step in range(3):
+        f(torch.randn(16, 32)).sum().backward()
+        assert all(layer.lowbit_state.cold_start() == (False, False, False) for layer in (m[0], m[2]))
+    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])
+    # a forward that autograd does not record leaves the grad's cold start to a later step
+    fresh = _model(Delayed(history_len=4))
+    with torch.no_grad():
+        fresh(torch.randn(16, 32))
+    assert fresh[0].lowbit_state.cold_start() == (False, False, True)
