@@ -16,12 +16,14 @@ alike. ``GB/s`` = bytes of the FP4 weight (codes + scales) / time; ratio = bf16 
 
 Rows: M in {1, 16, 64, 128} at N = K = 8192 (autotuned, and A/B variants: see ``_v`` for the
 names: the decode (``decode0`` = the call-2 kernel, default 1, ``decode2``), one dot per K step or
-per slot (``slots``), tiles, warps, stages, split-K, the reduction), 16x14336x4096 and
+per slot (``slots``), tiles, warps, stages, split-K, the reduction; ``AB_M16_LEVERS``: mma.sync
+configurations, rows ending `` HMMA``, 256 x 64 wgmma tiles with 4 independent chains, two
+accumulators ``accs2``), 16x14336x4096 and
 16x4096x14336; NV with 16x16 weight blocks (the NV() default), then NV 1x16 and MX 1x32 at M = 16.
 Two probes at M = 16 (results checked like the others): ``| probe: L2-resident weight`` (the same
 calls on one weight copy) and ``BLOCK_M32 probe`` (twice the MMA work, the same decode). A time
 budget (default 150 s) skips what is left, saying so (~1-1.5 min on an H200 in call 2's setup;
-compiles dominate). ``--cpu-smoke`` runs the script under TRITON_INTERPRET=1 on tiny shapes.
+compiles dominate; ``--quick`` with the levers: give it ~300 s). ``--cpu-smoke`` runs the script under TRITON_INTERPRET=1 on tiny shapes.
 Prints the chosen autotune configurations and the table last; JSON to DIR/fp4_weight_only.json.
 """
 from __future__ import annotations
@@ -43,10 +45,14 @@ U_BF16 = 2.0 ** -8
 DEV = "cuda"  # "cpu" only for --cpu-smoke (TRITON_INTERPRET=1, tiny shapes, timings meaningless)
 
 
-def _v(bn, bk, split, warps, stages, reduce=2, pipe=True, bm=None, decode=None, slots=False, l2=False, probe=False):
+def _v(bn, bk, split, warps, stages, reduce=2, pipe=True, bm=None, decode=None, slots=False, l2=False, probe=False,
+       accs=1, maxnreg=None):
     """(row name, config) of one A/B variant. Names: ``BLOCK_NxBLOCK_K wWARPS sSTAGES splitS`` then
     ``decode0`` / ``decode2`` (DECODE, default 1), ``slots`` (SLOT_DOTS: one dot per slot),
-    ``2-kernel`` (REDUCE 1), ``hand-prefetch``, ``BLOCK_M64`` etc.; ``BLOCK_M32 probe`` (``probe``:
+    ``2-kernel`` (REDUCE 1), ``hand-prefetch``, ``accs2`` (ACCS 2: two accumulators), ``BLOCK_M64``
+    etc., and `` HMMA`` where the configuration compiles to mma.sync (1-2 warps: Triton's MMAv2)
+    rather than wgmma; ``maxnreg``: a register cap (default 128 at >= 256 rows; ``maxnreg=0``: none,
+    named ``maxnregoff``, the autotuned 256 x 64); ``BLOCK_M32 probe`` (``probe``:
     MMA N = 32 at M = 16, the same HGMMA count and decode, twice the MMA work: if the tensor-core
     chains bound the kernel it is ~1.5x slower, if the decode does ~1x). ``l2``: also time it with
     one weight copy (an L2-resident probe: how much of the time is HBM)."""
@@ -59,13 +65,17 @@ def _v(bn, bk, split, warps, stages, reduce=2, pipe=True, bm=None, decode=None, 
         cfg["BLOCK_M"] = bm
     if decode is not None:
         cfg["DECODE"] = decode
+    if accs != 1:
+        cfg["ACCS"] = accs
     if slots:
         cfg["SLOT_DOTS"] = True  # 80 registers at 256 x 128: no cap (a cap of 128 makes ptxas use 128)
-    elif bn == 256:
-        cfg["maxnreg"] = 128  # 2 CTAs a SM (as the autotuned configuration)
+    elif maxnreg or (maxnreg is None and bn >= 256):
+        cfg["maxnreg"] = maxnreg or 128  # 256 rows: 2 CTAs a SM at 8 warps (as the autotuned configuration)
     name = f"{bn}x{bk} w{warps} s{stages} split{split}" + (f" decode{decode}" if decode is not None else "") + \
-        (" slots" if slots else "") + (" 2-kernel" if split > 1 and reduce == 1 else "") + \
-        ("" if pipe else " hand-prefetch") + (f" BLOCK_M{bm}" if bm else "") + (" probe" if probe else "")
+        (" slots" if slots else "") + (f" accs{accs}" if accs != 1 else "") + \
+        (" 2-kernel" if split > 1 and reduce == 1 else "") + ("" if pipe else " hand-prefetch") + \
+        (f" BLOCK_M{bm}" if bm else "") + (f" maxnreg{maxnreg or 'off'}" if maxnreg is not None else "") + \
+        (" HMMA" if warps < 4 else "") + (" probe" if probe else "")
     return name, cfg, l2
 
 
@@ -78,9 +88,21 @@ AB_M16 = [_v(256, 128, 8, 8, 3, decode=0), _v(256, 128, 8, 8, 3, l2=True), _v(25
           _v(128, 128, 8, 4, 4, slots=True), _v(128, 128, 8, 4, 4, slots=True, decode=2),
           _v(256, 128, 8, 8, 3, bm=32, probe=True), _v(256, 128, 8, 8, 3, slots=True, bm=32, probe=True),
           _v(128, 128, 4, 8, 4), _v(64, 128, 4, 4, 4)]
+# Levers against the wgmma chains (static costs in fp4_weight_only's docstring): mma.sync (1-2 warps,
+# BLOCK_K 256, its layout needs no shared-memory round trip), 4 independent m64 chains a wait
+# (256 x 64, one warpgroup), two accumulators (ACCS 2; Triton still waits after each dot).
+AB_M16_LEVERS = [_v(64, 256, 4, 2, 3, decode=2), _v(64, 256, 8, 2, 3, decode=2), _v(64, 256, 6, 2, 3, decode=2),
+                 _v(64, 256, 4, 2, 3), _v(32, 256, 4, 2, 3, decode=2), _v(128, 256, 8, 2, 3, decode=2),
+                 _v(128, 256, 4, 2, 3, decode=2), _v(32, 256, 4, 1, 3, decode=2), _v(64, 256, 4, 2, 3, decode=2, bm=32, probe=True),
+                 _v(256, 64, 8, 4, 4, l2=True), _v(256, 64, 8, 4, 4, maxnreg=0), _v(256, 64, 8, 4, 4, decode=2),
+                 _v(256, 64, 8, 4, 6, decode=2),
+                 _v(512, 64, 16, 8, 4, decode=2),
+                 _v(256, 128, 8, 8, 3, accs=2), _v(128, 128, 8, 4, 4, accs=2)]
+AB_M16 = AB_M16 + AB_M16_LEVERS
 AB_M1 = [_v(256, 128, 8, 8, 3, decode=0), _v(256, 128, 8, 8, 3), _v(256, 128, 8, 8, 3, slots=True),
-         _v(128, 128, 8, 4, 4, slots=True)]
-AB_SMALL = [_v(256, 128, 8, 8, 3), _v(256, 128, 8, 8, 3, slots=True), _v(128, 128, 8, 4, 4, slots=True)]
+         _v(128, 128, 8, 4, 4, slots=True), _v(64, 256, 4, 2, 3, decode=2), _v(256, 64, 8, 4, 4)]
+AB_SMALL = [_v(256, 128, 8, 8, 3), _v(256, 128, 8, 8, 3, slots=True), _v(128, 128, 8, 4, 4, slots=True),
+            _v(64, 256, 4, 2, 3, decode=2), _v(256, 64, 8, 4, 4)]
 AB_M = {64: [_v(128, 128, 4, 8, 3, bm=64), _v(128, 128, 4, 8, 3, bm=64, slots=True)],
         128: [_v(128, 128, 2, 8, 3, bm=128), _v(128, 128, 2, 8, 3, bm=128, slots=True)]}
 
@@ -217,9 +239,10 @@ def main():
             ((16, 14336, 4096), nv, AB_SMALL), ((16, 4096, 14336), nv, AB_SMALL),
             ((16, 8192, 8192), ["nvfp4 1x16", "mxfp4 1x32"], AB_SMALL)]  # in order of importance
     if args.quick:
-        plan = [((16, 8192, 8192), nv, AB_M16[:9])]
+        plan = [((16, 8192, 8192), nv, AB_M16[:9] + AB_M16_LEVERS)]
     if args.cpu_smoke:
-        plan = [((16, 128, 1024), nv + ["mxfp4 1x32"], AB_M16[:4] + AB_M16[7:8] + AB_M16[13:14]),
+        plan = [((16, 128, 1024), nv + ["mxfp4 1x32"], AB_M16[:4] + AB_M16[7:8] + AB_M16[13:14] + AB_M16_LEVERS[:1]
+                 + AB_M16_LEVERS[-2:-1]),
                 ((3, 64, 256), nv, AB_SMALL[:1])]
     for (M, N, K), kinds, variants in plan:
         if run.left() <= 0:

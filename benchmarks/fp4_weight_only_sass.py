@@ -88,11 +88,40 @@ def analyse(compiled, weights_per_thread: int) -> dict:
            "ops_per_unit": {k: round(v / per, 3) for k, v in ops.most_common()},
            "ldg128_or_ldgsts128": sum(n for op, n in ops.items() if op.startswith(("LDG.E.128", "LDGSTS.E.BYPASS.128",
                                                                                   "LDGSTS.E.128")))}
+    out["mma"] = sorted({op for op in ops if op.startswith(MMA)})
+    out["pack_pairs_words"] = pack_pairs_words(compiled.asm["ttgir"])
+    out["decoded_via_smem"] = decoded_via_smem(compiled.asm["ttgir"])
     alu = groups["alu"] / per
     heavy = groups["heavy"] / per
     out["cycles_per_unit"] = {"issue": out["per_unit"], "alu": round(2 * alu, 3), "imad": round(2 * heavy, 3)}
     out["bound_cycles_per_unit"] = max(out["cycles_per_unit"].values())
     return out
+
+
+def _layouts(ttgir: str) -> dict:
+    return dict(re.findall(r"^(#\w+) = (.*)$", ttgir, re.M))
+
+
+def pack_pairs_words(ttgir: str) -> bool:
+    """Every PTX decode (``inline_asm``, pack 2) takes words ``(2v, 2v + 1)`` of one row as a pair:
+    the first register basis of its word operand's layout is ``[0, 1]`` (as DECODE 2 requires: it
+    mixes the two words' halves and multiplies them by one scale pair)."""
+    defs = _layouts(ttgir)
+    ok = []
+    for m in re.finditer(r"elementwise_inline_asm.*?: tensor<\d+x\d+xi32, (#\w+|#ttg\.dot_op<\{[^}]*\}>)>", ttgir):
+        enc = defs.get(m.group(1), m.group(1))
+        lin = re.search(r"register = \[\[(\d+), (\d+)\]", enc)
+        blk = re.search(r"sizePerThread = \[\d+, (\d+)\].*order = \[1, 0\]", enc)
+        dot = re.search(r"opIdx = 0, .*kWidth = (\d+)", enc)  # the words as operand A: K (words) runs of kWidth
+        ok.append(bool(lin and lin.groups() == ("0", "1")) or bool(blk and int(blk.group(1)) >= 2)
+                  or bool(dot and int(dot.group(1)) >= 2))
+    return bool(ok) and all(ok)
+
+
+def decoded_via_smem(ttgir: str) -> bool:
+    """The decoded weight reaches the MMA through shared memory (a ``local_alloc`` of a bf16 register
+    tensor of the loop: MMAv2's operand layout not met) rather than in registers."""
+    return bool(re.search(r"ttg\.local_alloc %\S+ : \(tensor<\d+x\d+xbf16", ttgir)) and "warp_group_dot" not in ttgir
 
 
 def residency(regs: int, shared: int, warps: int) -> int:
@@ -115,6 +144,7 @@ def compile_wo(cfg: dict, sblock=16, srows=16, mx=False):
     c.setdefault("PIPE_SCALES", wo.pipe_scales(c["BLOCK_N"], c["BLOCK_K"], sblock, warps))
     c.setdefault("DECODE", wo.DEFAULT_DECODE)
     c.setdefault("SLOT_DOTS", False)
+    c.setdefault("ACCS", 1)
     cx = dict(SBLOCK=sblock, SROWS=srows, MX=mx, HAS_BIAS=False, ASM=True, EVEN_K=True, DOT_DTYPE=tl.bfloat16,
               stride_cn=1, **c)
     cx = {k: v for k, v in cx.items() if k in fn.arg_names}
@@ -160,7 +190,9 @@ def main():
               f"per 16B: {a['per_unit']:.2f} instr (alu {g.get('alu', 0):.2f} imad {g.get('heavy', 0):.2f} "
               f"fp {g.get('fp', 0):.2f} mem {g.get('mem', 0):.2f} sync {g.get('sync', 0):.2f} "
               f"mma {g.get('mma', 0):.3f} unif {g.get('uniform', 0):.2f})  bound {a['bound_cycles_per_unit']:.2f} "
-              f"cyc = {a['us_at_bound_1p7ghz']:.1f} us @1.7GHz", flush=True)
+              f"cyc = {a['us_at_bound_1p7ghz']:.1f} us @1.7GHz  {'/'.join(a['mma'])} stack {a['stack']}"
+              + (" A-via-smem" if a["decoded_via_smem"] else "") + ("" if a["pack_pairs_words"] else " PACK?"),
+              flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(triton=triton.__version__, rows=rows), f, indent=1)

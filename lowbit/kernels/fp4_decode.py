@@ -224,3 +224,23 @@ def _split8(x):
     x1, x5 = tl.split(o0)
     x3, x7 = tl.split(o1)
     return x0, x1, x2, x3, x4, x5, x6, x7
+
+
+@triton.jit
+def _cat4(t0, t1, t2, t3):
+    """Four decoded slots ``(R, WORDS)`` as one ``(R, 4 WORDS)`` operand, slot-major (column
+    ``x WORDS + w`` = ``t_x[:, w]``): half of ``_decode_cat``, the same register renaming."""
+    R: tl.constexpr = t0.shape[0]
+    W: tl.constexpr = t0.shape[1]
+    t = tl.reshape(tl.join(tl.join(t0, t2), tl.join(t1, t3)), (R, W, 4))  # [r, w, 2c + b] = t_(2c+b)
+    return tl.reshape(tl.permute(t, (0, 2, 1)), (R, 4 * W))
+
+
+@triton.jit
+def _x_halves(x_ptr, xrows, stride_xm, k0, K, WORDS: tl.constexpr, BLOCK_M: tl.constexpr,
+              EVEN_K: tl.constexpr, DOT_DTYPE: tl.constexpr, DECODE: tl.constexpr = 0):
+    """``_x_slots`` split by slot (0-3, 4-7), each in the K order of ``_cat4``."""
+    x = _x_slots(x_ptr, xrows, stride_xm, k0, K, WORDS, EVEN_K, DOT_DTYPE, DECODE)
+    xa, xb = tl.split(tl.permute(tl.reshape(x, (BLOCK_M, WORDS, 2, 4)), (0, 1, 3, 2)))  # slot 4h + i -> [.., i, h]
+    return (tl.reshape(tl.permute(xa, (0, 2, 1)), (BLOCK_M, 4 * WORDS)),
+            tl.reshape(tl.permute(xb, (0, 2, 1)), (BLOCK_M, 4 * WORDS)))

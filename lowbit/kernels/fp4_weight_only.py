@@ -44,6 +44,28 @@ and the A operand is consumed slot by slot (80 registers: 3 CTAs a SM). Which on
 static analysis cannot say; the benchmark's probes (``BLOCK_M32 probe``: twice the MMA work, the
 same decode; ``L2-resident weight``) tell the MMA, decode and HBM shares apart.
 
+Levers against the wgmma chains (static, triton 3.6, M = 16, N = K = 8192; instr / 16 B, registers,
+CTAs a SM; the benchmark's ``AB_M16_LEVERS`` rows time them):
+
+    mma.sync (HMMA.16816; Triton's MMAv2 at 1-2 warps, BLOCK_N = 16-64 rows a warp):
+      64x256 w2 s3:           3.33 instr, 172 regs, 5 CTAs   (DECODE 2: 3.24, 168, 6; 24 B stack)
+      32x256 w2 s3 DECODE 2:  3.78 instr, 126 regs, 8 CTAs
+      128x256 w2 s3 DECODE 2: 2.96 instr, 242-254 regs, 4 CTAs (spills with triton 3.9: bench only)
+    wgmma, 4 independent m64 chains a wait: 256x64 w4 s4: 3.34 instr, 142 regs, 3 CTAs (maxnreg 128: 4)
+    ACCS 2 (two accumulators, slots 0-3 / 4-7): 3.34 at 256 x 128: no more HGMMAs in flight, Triton
+      waits (``WARPGROUP.DEPBAR.LE gsb0, 0``) after each dot whose A operand is in registers.
+
+mma.sync has no warpgroup wait: each warp issues its HMMAs (0.25 a unit) between its own decode
+instructions, and accumulators of different rows / token halves are independent. Its register
+operand layout (kWidth 8: a thread holds 8 consecutive K columns of a 32-column block) is the
+slot-major decode's own layout exactly when BLOCK_K = 256 (one slot a 32-column block, words
+8q .. 8q + 7 of lane q): then no shared-memory round trip (BLOCK_K 128: the decoded tile goes
+through shared memory, 5.0 instr at 64 x 128 w2). The activations pay a register transpose
+(PRMT, ~8 / rows a warp per unit). Forcing MMAv2 at 4+ warps (a batch-of-one 3-D dot) splits the
+rows across fewer warps and duplicates the decode (12 instr at 64 x 256 w4): not offered. The
+PTX decode's pack-2 word pairs are words (2v, 2v + 1) of a row in every configuration (DECODE 2
+needs it; ``benchmarks/fp4_weight_only_sass.py`` checks it in the TTGIR).
+
 Decode (``fp4_decode``): the nibble ``s.eem`` placed at bf16 bits 15 / 8..6 is ``e2m1 *
 2^-126`` (codes 0, 1: the subnormals 0, 2^-127; code 8: -0), then one ``mul.bf16x2`` by the scale
 (NV: UE4M3 * 2^118, undone by 2^8 in the epilogue; MX: times 2^126 first, then 2^k). DECODE 1
@@ -82,7 +104,7 @@ __all__ = ["fp4_weight_only_mm", "weight_only_support", "WO_CONFIGS", "prune_wo"
            "SCAN_SPECS"]
 
 
-from .fp4_decode import _decode_cat, _decode_words, _split8, _words, _x_slots, _x_tile
+from .fp4_decode import _cat4, _decode_cat, _decode_words, _split8, _words, _x_halves, _x_slots, _x_tile
 from .gemm import _e8m0_to_fp32, _store_dtype, autotune_choices
 
 
@@ -136,7 +158,7 @@ def _wo_kernel(x_ptr, w_ptr, s_ptr, g_ptr, c_ptr, part_ptr, lock_ptr, bias_ptr, 
                REDUCE: tl.constexpr, HAS_BIAS: tl.constexpr, ASM: tl.constexpr, EVEN_K: tl.constexpr,
                DOT_DTYPE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
                PIPE_SCALES: tl.constexpr = True, DECODE: tl.constexpr = DEFAULT_DECODE,
-               SLOT_DOTS: tl.constexpr = False):
+               SLOT_DOTS: tl.constexpr = False, ACCS: tl.constexpr = 1):
     """One (n-tile, K split, m-tile) program: ``acc = W'[n-tile, split] @ X[m-tile, split]^T``, then
     the epilogue (SPLIT_K == 1), or a partial (REDUCE 1), or a partial and the last-arriving fixup
     (REDUCE 2). Grid: (n_tiles * SPLIT_K, m_tiles), the splits of a tile adjacent."""
@@ -154,6 +176,7 @@ def _wo_kernel(x_ptr, w_ptr, s_ptr, g_ptr, c_ptr, part_ptr, lock_ptr, bias_ptr, 
     k_hi = tl.minimum(k_lo + k_per, K)
     WORDS: tl.constexpr = BLOCK_K // 8
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    acc1 = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)  # ACCS 2: slots 4-7 (dead code otherwise)
     if not PIPE_SCALES:  # clamped: a split starting past K (a forced split_k) runs no step but must not read past K
         k_first = tl.multiple_of(tl.minimum(k_lo, K - BLOCK_K), BLOCK_K) if EVEN_K else k_lo
         s_next = _scale_bytes(s_ptr, cols, stride_s, k_first, K, WORDS, SBLOCK, SROWS, EVEN_K)
@@ -179,10 +202,17 @@ def _wo_kernel(x_ptr, w_ptr, s_ptr, g_ptr, c_ptr, part_ptr, lock_ptr, bias_ptr, 
             acc = tl.dot(t5, tl.trans(x5), acc)
             acc = tl.dot(t6, tl.trans(x6), acc)
             acc = tl.dot(t7, tl.trans(x7), acc)
+        elif ACCS == 2:  # two dots per K step (slots 0-3, 4-7) into two accumulators: independent chains
+            t0, t1, t2, t3, t4, t5, t6, t7 = _decode_words(w, sw, MX, ASM, DOT_DTYPE, ASM, DECODE)
+            xa, xb = _x_halves(x_ptr, xrows, stride_xm, k0, K, WORDS, BLOCK_M, EVEN_K, DOT_DTYPE, DECODE)
+            acc = tl.dot(_cat4(t0, t1, t2, t3), tl.trans(xa), acc)
+            acc1 = tl.dot(_cat4(t4, t5, t6, t7), tl.trans(xb), acc1)
         else:  # one dot per K step
             wc = _decode_cat(w, sw, MX, ASM, DOT_DTYPE, BLOCK_N, WORDS, ASM, DECODE)
             x = _x_tile(x_ptr, xrows, stride_xm, k0, K, WORDS, BLOCK_M, EVEN_K, DOT_DTYPE, DECODE)
             acc = tl.dot(wc, tl.trans(x), acc)
+    if ACCS == 2:
+        acc = acc + acc1  # fixed order: deterministic
     offs_n = off_n + tl.arange(0, BLOCK_N)
     offs_m = off_m + tl.arange(0, BLOCK_M)
     if SPLIT_K > 1:
@@ -243,10 +273,10 @@ def _wo_reduce_kernel(part_ptr, g_ptr, c_ptr, bias_ptr, M, N, stride_cm, stride_
 _MAXNREG = "maxnreg" in inspect.signature(triton.Config).parameters
 
 
-def _cfg(warps, stages, bn, bm, bk, split, reduce=2, maxnreg=None):
+def _cfg(warps, stages, bn, bm, bk, split, reduce=2, maxnreg=None, **levers):
     extra = {"maxnreg": maxnreg} if maxnreg and _MAXNREG else {}
-    return triton.Config(dict(BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, SPLIT_K=split, REDUCE=reduce if split > 1 else 0),
-                         num_warps=warps, num_stages=stages, **extra)
+    return triton.Config(dict(BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, SPLIT_K=split, REDUCE=reduce if split > 1 else 0,
+                              **levers), num_warps=warps, num_stages=stages, **extra)
 
 
 # BLOCK_M is the MMA's N (16 covers M <= 16). sm_90 cubin facts (triton 3.6, NV 16x16, EVEN_K,
@@ -256,11 +286,19 @@ def _cfg(warps, stages, bn, bm, bk, split, reduce=2, maxnreg=None):
 #   64x128 w4 s4: 71 / 7 / 4.12     SLOT_DOTS: 256x128 w8 s3 80 / 3 / 3.52, 128x128 w4 s4 96 / 5 / 3.69
 # Programs at N = K = 8192, M = 16 (one wave is 132 x CTAs a SM): 256-row tiles x split 8 = 256
 # (2 a SM, 16 warps: exactly 128 registers, hence maxnreg), 128-row x split 4 / 6 = 256 / 384 (of 396), 64-row x split 4 = 512 (of 792).
+# Levers (see the docstring): 64x256 w2 s3: 172 / 5 / 3.33 and 32x256 w2 s3 DECODE 2: 126 / 8 / 3.78,
+# both mma.sync; 256x64 w4 s4: 142 / 3 / 3.34, wgmma with 4 chains a wait. 64-row tiles x split 4
+# = 512 programs (of 660), x split 8 = 1024; 32-row x split 4 = 1024 (of 1056); 256 x 64 x 8 = 256.
 # Wide tiles also cut the activations' L2 traffic: every n-tile reads all of X (256 KB at M = 16),
 # i.e. 32 MB over 128 tiles of 64 rows (as much as the weight itself), 8 MB over 32 tiles of 256.
 WO_CONFIGS = [_cfg(8, 3, 256, 16, 128, 8, maxnreg=128), _cfg(8, 4, 128, 16, 128, 4), _cfg(8, 4, 128, 16, 128, 6),
               _cfg(8, 3, 128, 16, 256, 4), _cfg(4, 4, 64, 16, 128, 4), _cfg(4, 4, 64, 16, 128, 2),
               _cfg(4, 3, 64, 16, 128, 8),
+              # mma.sync (HMMA.16816, no wgmma chains): 1-2 warps, BLOCK_K 256 (see the docstring)
+              _cfg(2, 3, 64, 16, 256, 4), _cfg(2, 3, 64, 16, 256, 8),
+              _cfg(2, 3, 32, 16, 256, 4, DECODE=2),
+              # wgmma with 4 independent m64 chains a wait (one warpgroup, 256 rows, BLOCK_K 64)
+              _cfg(4, 4, 256, 16, 64, 8),  # (maxnreg 128: 4 CTAs a SM with triton 3.6, spills with 3.9)
               _cfg(8, 4, 128, 32, 128, 4), _cfg(4, 3, 64, 32, 128, 4),
               _cfg(8, 3, 128, 64, 128, 4), _cfg(4, 3, 64, 64, 128, 4), _cfg(8, 3, 128, 64, 128, 2),
               _cfg(8, 3, 128, 128, 128, 2), _cfg(4, 3, 64, 128, 128, 2), _cfg(8, 3, 128, 128, 128, 4)]
@@ -337,7 +375,7 @@ def weight_only_support(a, b) -> Optional[str]:
     return f._kn_reason(a, b)
 
 
-_CONFIG_KEYS = ("BLOCK_N", "BLOCK_M", "BLOCK_K", "SPLIT_K", "REDUCE", "PIPE_SCALES", "DECODE", "SLOT_DOTS",
+_CONFIG_KEYS = ("BLOCK_N", "BLOCK_M", "BLOCK_K", "SPLIT_K", "REDUCE", "PIPE_SCALES", "DECODE", "SLOT_DOTS", "ACCS",
                 "num_warps", "num_stages", "maxnreg")
 
 
@@ -350,7 +388,8 @@ def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = No
     By default the configuration is autotuned (``WO_CONFIGS``, pruned by M). ``split_k`` forces a
     K split with a default tile; ``config`` forces a whole configuration (keys of ``_CONFIG_KEYS``,
     missing ones from the default; REDUCE 1 = second kernel, 2 = last-arriving program; DECODE
-    0 / 1 / 2 = the PTX decode and K order; SLOT_DOTS = one dot per slot, BLOCK_K >= 128), for A/B
+    0 / 1 / 2 = the PTX decode and K order; SLOT_DOTS = one dot per slot, BLOCK_K >= 128; ACCS 2 = two
+    accumulators, slots 0-3 / 4-7), for A/B
     measurements. ``fast_dequant``: the PTX decode (default on sm_90 with bf16) or the portable one."""
     f = _fp4()
     why = weight_only_support(a, b)
@@ -384,6 +423,8 @@ def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = No
             raise ValueError("fp4_weight_only_mm: REDUCE must be 1 or 2 with SPLIT_K > 1")
         if fixed.get("DECODE", DEFAULT_DECODE) not in (0, 1, 2):
             raise ValueError(f"fp4_weight_only_mm: DECODE must be 0, 1 or 2, got {fixed['DECODE']!r}")
+        if fixed.get("ACCS", 1) not in (1, 2) or (fixed.get("ACCS", 1) == 2 and fixed.get("SLOT_DOTS")):
+            raise ValueError(f"fp4_weight_only_mm: ACCS must be 1 or 2 (not with SLOT_DOTS), got {fixed['ACCS']!r}")
         if fixed.get("SLOT_DOTS") and fixed["BLOCK_K"] < 128:
             raise ValueError("fp4_weight_only_mm: SLOT_DOTS needs BLOCK_K >= 128 (K >= 16 a dot)")
         if fixed["BLOCK_K"] % blk:

@@ -224,11 +224,12 @@ def test_bad_inputs_say_why():
 @pytest.mark.parametrize("M", [1, 16, 64, 128, 4096])
 def test_gpu_configs_hold_whole_scale_blocks(sblock, M):
     """Every GPU configuration the launchers may use has a K tile of whole scale blocks and >= 16
-    words (the interpreter runs its own configuration, so only this check guards the GPU ones)."""
+    words (weight-only: >= 8, the 256 x 64 wgmma tile; the interpreter runs its own configuration,
+    so only this check guards the GPU ones)."""
     for c in _MM_CONFIGS:
         assert c.kwargs["BLOCK_K"] % sblock == 0 and c.kwargs["BLOCK_K"] >= 128
     kept = _prune_wo(_WO_CONFIGS, {"M": M, "K": 8192}, SBLOCK=sblock)  # as the autotuner calls it
-    assert kept and all(c.kwargs["BLOCK_K"] % sblock == 0 and c.kwargs["BLOCK_K"] >= 128 for c in kept)
+    assert kept and all(c.kwargs["BLOCK_K"] % sblock == 0 and c.kwargs["BLOCK_K"] >= 64 for c in kept)  # 256 x 64: 8 words
     want = 16 if M <= 16 else 32 if M <= 32 else 64 if M <= 64 else 128
     assert all(c.kwargs["BLOCK_M"] == want for c in kept)
     assert all((c.kwargs["REDUCE"] == 2) == (c.kwargs["SPLIT_K"] > 1) for c in kept)  # one launch
@@ -290,3 +291,73 @@ def test_sm90_decode_configs_stay_resident_and_stream():
     assert (d0["decode"], d1["decode"], d2["decode"]) == (0, 1, 2)
     assert d1["per_unit"] < d0["per_unit"] - 0.15 and d1["alu"] < d0["alu"] - 0.3, (d0, d1)
     assert d2["per_unit"] <= d1["per_unit"] + 0.02 and d2["regs"] <= d1["regs"] == d0["regs"], (d1, d2)
+
+
+# ---- levers against the wgmma chains: mma.sync tiles (BLOCK_K 256), two accumulators ------------------
+@pytest.mark.parametrize("name", ["nv", "mx"])
+@pytest.mark.parametrize("M,N,K", [(3, 80, 768), (17, 48, 160)])  # EVEN_K 3 steps; one masked step
+@pytest.mark.parametrize("cfg", [dict(ACCS=2, SPLIT_K=1), dict(ACCS=2, SPLIT_K=3, REDUCE=2, DECODE=2),
+                                 dict(BLOCK_N=64, BLOCK_K=256, SPLIT_K=2, REDUCE=2),
+                                 dict(BLOCK_N=32, BLOCK_K=256, SPLIT_K=1, DECODE=2, ACCS=2)])
+def test_weight_only_levers_within_bound(name, M, N, K, cfg):
+    """The mma.sync tiles (BLOCK_K 256, DECODE 1 / 2) and two accumulators (ACCS 2: slots 0-3 and
+    4-7 summed in a fixed order at the end; still one chain of <= K additions per output, so the
+    gamma_(K+3) bound holds): ragged M / N, K a multiple of the tile and not, splits, a bias."""
+    x = _sample(M, K, 80 + M).to(torch.bfloat16)
+    b = _fp4(name, N, K, 81 + N, "weight").t()
+    bias = torch.randn(N, generator=torch.Generator().manual_seed(82))
+    assert_in_bound(fp4_weight_only_mm(x, b, torch.float32, config=cfg), x, b, 1)
+    assert_in_bound_bias(fp4_weight_only_mm(x, b, torch.float32, bias, config=cfg), x, b, bias, 1, 2.0 ** -24)
+
+
+def test_weight_only_two_accumulators_split_order_and_validation():
+    """ACCS 2: both reductions give the same bits, the counters are left zero; ACCS takes 1 or 2."""
+    x = _sample(5, 512, 83).to(torch.bfloat16)
+    b = _fp4("nv", 64, 512, 84, "weight").t()
+    fix = fp4_weight_only_mm(x, b, torch.float32, config=dict(SPLIT_K=4, REDUCE=2, ACCS=2))
+    assert torch.equal(fix, fp4_weight_only_mm(x, b, torch.float32, config=dict(SPLIT_K=4, REDUCE=1, ACCS=2)))
+    assert all(int(buf.abs().sum()) == 0 for buf in wo.TILE_COUNTERS.buffers.values())
+    with pytest.raises(ValueError, match="ACCS"):
+        fp4_weight_only_mm(x, b, config=dict(ACCS=4))
+    with pytest.raises(ValueError, match="ACCS"):
+        fp4_weight_only_mm(x, b, config=dict(ACCS=2, SLOT_DOTS=True, BLOCK_K=128))
+
+
+_SM90_LEVERS = textwrap.dedent("""
+    import json, re
+    from benchmarks.fp4_weight_only_sass import analyse, compile_wo, residency, _sass, loop_body
+    from lowbit.kernels import fp4_weight_only as wo
+    out = []
+    picks = [c for c in wo.WO_CONFIGS if c.kwargs["BLOCK_M"] == 16 and (c.num_warps < 4 or c.kwargs["BLOCK_K"] == 64)]
+    for cfg in picks:
+        full = dict(cfg.kwargs, num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=getattr(cfg, "maxnreg", None))
+        c, warps = compile_wo(full)
+        a = analyse(c, cfg.kwargs["BLOCK_N"] * cfg.kwargs["BLOCK_K"] // (32 * warps))
+        body = loop_body(_sass(c.asm["cubin"], "-sass"))
+        waits = [i for i, t in enumerate(body) if t.startswith("WARPGROUP.DEPBAR")]
+        chains = len({t.split()[1] for t in body[:waits[0]] if t.startswith("HGMMA")}) if waits else 0
+        out.append(dict(cfg=str(cfg), warps=warps, mma=a["mma"], regs=a["regs"], stack=a["stack"],
+                        per_unit=a["per_unit"], via_smem=a["decoded_via_smem"], pairs=a["pack_pairs_words"],
+                        decode=cfg.kwargs.get("DECODE", wo.DEFAULT_DECODE), chains=chains,
+                        ctas=residency(a["regs"], a["shared"], warps)))
+    print(json.dumps(out))
+""")
+
+
+def test_sm90_lever_configs_compile_as_intended():
+    """The autotuner's lever configurations, compiled for sm_90 as an M = 16 launch: the 1-2 warp
+    tiles are mma.sync (HMMA.16816, no HGMMA) with the decoded weight passed in registers (its
+    layout is MMAv2's operand layout: no shared-memory round trip), the PTX decode's word pairs
+    are words (2v, 2v + 1) of one row (DECODE 2's requirement), no spills, >= 8 warps a SM and at
+    most 4 instructions per 16 bytes of codes; the 256 x 64 wgmma tile issues 4 independent
+    accumulator chains before its one wait (the default's 256 x 128 x 2 warpgroups: 2)."""
+    kernels = run_script(_SM90_LEVERS, env_extra={"TRITON_DEFAULT_FP_FUSION": "1"})
+    hmma = [k for k in kernels if k["warps"] < 4]
+    wg = [k for k in kernels if k["warps"] >= 4]
+    assert len(hmma) >= 3 and len(wg) >= 1 and any(k["decode"] == 2 for k in hmma), kernels
+    for k in kernels:
+        assert k["stack"] == 0 and k["pairs"] and k["ctas"] * k["warps"] >= 8 and k["per_unit"] <= 4.0, k
+    for k in hmma:
+        assert k["mma"] == ["HMMA.16816.F32.BF16"] and not k["via_smem"], k
+    for k in wg:
+        assert k["mma"] == ["HGMMA.64x16x16.F32.BF16"] and k["chains"] == 4, k
