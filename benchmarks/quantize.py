@@ -278,7 +278,17 @@ def sweep_rows():
     F = lambda: False  # noqa: E731
     prev = dict(lean_cast=F, cvt_handles_nan=F, block_chunks=lambda: 1,
                 stream_warps=lambda e: kq.policy.opts(e)["num_warps"])
-    rows = [("session-3 defaults", prev, fp8), ("lean", lean, fp8), ("lean+nan", lean_nan, fp8),
+    t_casts = _named("block 1x128 +T", "rowwise e4m3 +T")
+    rows = [("T tiles", dict(block_t_tiles=T, rowwise_t_tiles=T), t_casts),
+            ("T old", dict(block_t_tiles=F, rowwise_t_tiles=F), t_casts),
+            ("T tiles 8w", dict(block_t_tiles=T, rowwise_t_tiles=T, t_tile_warps=lambda e: 8), t_casts),
+            ("rowwise T 64x64", dict(rowwise_t_tiles=T, rowwise_t_tile=lambda x: (64, 64)),
+             _named("rowwise e4m3 +T")),
+            ("rowwise T 64x128", dict(rowwise_t_tiles=T, rowwise_t_tile=lambda x: (64, 128)),
+             _named("rowwise e4m3 +T")),
+            ("rowwise T amax 32 rows", dict(rowwise_t_tiles=T, rowwise_t_amax_rows=lambda x: 32),
+             _named("rowwise e4m3 +T"))]
+    rows += [("session-3 defaults", prev, fp8), ("lean", lean, fp8), ("lean+nan", lean_nan, fp8),
             ("lean+nan best", dict(lean_nan, stream_elems=lambda x: 8192, block_chunks=lambda: 4,
                                    current_amax_slots=T), fp8)]
     rows += [(f"chunks {n}", dict(block_chunks=lambda n=n: n), blocks) for n in (2, 4, 8)]

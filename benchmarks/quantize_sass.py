@@ -13,6 +13,8 @@ registers, 2048 threads, 32 warps an SM; registers allocated 8 a thread at a tim
 elements a thread per iteration, SASS instructions in the hottest loop per element (all; and those
 of the half-rate integer/compare/select ("alu") and the FP32/IMAD ("fma") pipes: on sm_90 an SM
 issues 4 warp instructions a clock, 2 of them alu), and the global load / store widths in bytes.
+``path_per_elem`` (loop-free kernels): instructions an element on the fall-through path (the
+common one: rare branches jumped to), where ``per_elem`` counts every instruction up to the EXIT.
 
 ``--set`` replaces a function of ``lowbit.kernels.quantize_policy`` by a constant (as the sweep
 does), e.g. ``--set fast_div=False --set stream_elems=8192``. Needs triton (3.6 or newer) with its
@@ -126,6 +128,23 @@ def loops(insns):
     return sorted(found, key=lambda t: -t[2])
 
 
+def fall_through(insns):
+    """The instructions from the start to the first EXIT, following unconditional branches and
+    falling through conditional ones: a loop-free kernel's common path (its rare branches, such as
+    ``div.rn``'s slow path or a tile holding NaN, are jumped to)."""
+    idx = {a: i for i, (a, _) in enumerate(insns)}
+    out, seen, i = [], set(), 0
+    while i < len(insns) and insns[i][0] not in seen:
+        a, t = insns[i]
+        seen.add(a)
+        out.append(t)
+        if t.startswith("EXIT"):
+            break
+        m = re.match(r"BRA (?:`\(\.L_x_\d+\) )?0x([0-9a-f]+)", t)
+        i = idx.get(int(m.group(1), 16), len(insns)) if m else i + 1
+    return out
+
+
 def loop_body(insns, loop):
     return [t for a, t in insns if loop[0] <= a <= loop[1]]
 
@@ -163,6 +182,7 @@ def profile(name, kernel, grid, args, kw, elems_per_iter):
                 fma=sum(pipe(t) == "fma" for t in body) / per_thread,
                 body=len(body),
                 elems=elems_per_iter, per_elem=len(body) / max(1, elems_per_iter / threads),
+                path_per_elem=None if lps else len(fall_through(insns)) / per_thread,
                 ldg=len(ldg), ld_bytes_thread=ld_bytes, inflight_kb=ld_bytes * threads * resident / 1024,
                 ld_widths=sorted({width(t) for t in ldg}), ahead=ahead, st_widths=sorted({width(t) for t in stg}),
                 n_stg=len(stg),
@@ -234,7 +254,7 @@ def patch_launcher(sets):
         v = eval(val)  # noqa: S307 - a developer's command line
         setattr(pol, attr, (lambda *a, v=v: v))
     launches = []
-    for modname in ("_k8t", "_k8b", "_k4"):
+    for modname in ("_k8t", "_k8b", "_k8x", "_k4"):
         mod = getattr(kq, modname)
         fake = type(modname, (), {})
         for n, v in vars(mod).items():
@@ -244,6 +264,7 @@ def patch_launcher(sets):
 
 
 COLS = ("kernel", "grid", "warps", "regs", "resident", "elems_thread", "inflight_kb", "ahead", "body", "per_elem",
+        "path_per_elem",
         "alu", "fma", "ld_widths", "st_widths", "smem", "stack")
 
 

@@ -8,7 +8,8 @@ data and scale bits, shapes and dtypes, same DelayedScalingState update), or Non
   a program owns whole rows), Blockwise 1x128 / 128x128 and MX with FP8 elements (one pass).
 * ``quantize_fp8_t_triton(x, recipe, role, state)``: ``(q, q_t)`` as ``cast.quantize_fp8_t``:
   the row-major copy and the contiguous transposed copy written by the same pass (tensorwise: one
-  scale; Rowwise: row and column scales; blocks: each copy with its own block scales).
+  scale; Rowwise: row and column scales, after an amax pass; blocks: each copy with its own block
+  scales; the tile kernels of ``quantize_fp8_transpose_kernels`` where the policy picks them).
 * ``quantize_fp4_triton(x, recipe, role, generator, hadamard_signs)``: MX(elem="e2m1") and NV,
   with the Hadamard transform fused in and stochastic rounding for NV gradients (the uniforms are
   the reference's own ``torch.rand(x.shape, generator=generator)`` draw, passed to the kernel).
@@ -40,12 +41,13 @@ from ..scaling.recipes import MX, NV, ROLES, Blockwise, Current, Delayed, Rowwis
 from . import quantize_fp4_kernels as _k4
 from . import quantize_fp8_block_kernels as _k8b
 from . import quantize_fp8_tensor_row_kernels as _k8t
+from . import quantize_fp8_transpose_kernels as _k8x
 from . import quantize_policy as policy
 from .interpret import interpreting
 
 __all__ = ["quantize_fp8_triton", "quantize_fp8_t_triton", "quantize_fp4_triton", "SCAN_SPECS"]
 
-SCAN_SPECS = _k8t.SCAN_SPECS + _k8b.SCAN_SPECS + _k4.SCAN_SPECS
+SCAN_SPECS = _k8t.SCAN_SPECS + _k8b.SCAN_SPECS + _k8x.SCAN_SPECS + _k4.SCAN_SPECS
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _IN_KIND = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
@@ -205,7 +207,8 @@ def _delayed_update(state, amax, n_amax: int):
 
 def _fp8_rowwise(x2, q2, qt, transposed, common):
     """Without the transposed copy: one pass (``_cast_rows_kernel``, a program per few whole rows;
-    the ``stream_*`` geometry). With it: row and column amax by the amax kernel, then the cast.
+    the ``stream_*`` geometry). With it: ``_fp8_rowwise_t_tiles`` (``rowwise_t_tiles``), or row
+    and column amax by the atomic amax kernel, then ``_cast_rowwise_kernel``.
     Returns (row scales, column scales)."""
     R, C = x2.shape
     if not transposed:
@@ -216,6 +219,8 @@ def _fp8_rowwise(x2, q2, qt, transposed, common):
                                                      BLOCK_R=br, BLOCK_C=bc, **common, enable_fp_fusion=False,
                                                      num_warps=policy.rows_warps(br * bc))
         return scale, scale
+    if policy.rowwise_t_tiles():
+        return _fp8_rowwise_t_tiles(x2, q2, qt, common)
     # pass 1: row and column amax, programs of ~256 rows x 128 columns
     bc = min(128, triton.next_power_of_2(C))
     br = max(1, min(policy.tile_elems(x2) // bc, triton.next_power_of_2(R)))
@@ -237,14 +242,59 @@ def _fp8_rowwise(x2, q2, qt, transposed, common):
     return scale, st
 
 
+def _fp8_rowwise_t_tiles(x2, q2, qt, common):
+    """Rowwise with the transposed copy in three streaming launches (``quantize_fp8_transpose_kernels``):
+    row scales and column-partial slots (programs of ``rowwise_t_amax_rows`` whole rows), column
+    scales from the slots, then the tile cast writing both copies. Returns (row scales, column scales)."""
+    R, C = x2.shape
+    br = min(policy.rowwise_t_amax_rows(x2), triton.next_power_of_2(R))
+    bc = max(1, min(policy.tile_elems(x2) // br, 64, triton.next_power_of_2(C)))
+    n_p = triton.cdiv(R, br)
+    slots, scale, ys_r, st, ys_c = _fp32(x2, n_p, C), _fp32(x2, R), _fp32(x2, R), _fp32(x2, C), _fp32(x2, C)
+    _k8x._rowwise_t_amax_kernel[(n_p,)](_arg(x2), scale, ys_r, slots, R, C, *x2.stride(), IN_BF16=common["IN_BF16"],
+                                        BLOCK_R=br, BLOCK_C=bc, FMAX=common["FMAX"], enable_fp_fusion=False,
+                                        num_warps=max(4, min(16, br * bc // 512)))
+    cc = min(128, triton.next_power_of_2(C))
+    _k8x._rowwise_t_col_kernel[(triton.cdiv(C, cc),)](slots, st, ys_c, n_p, C, BLOCK_P=32, BLOCK_C=cc,
+                                                      FMAX=common["FMAX"], enable_fp_fusion=False, num_warps=4)
+    tr, tc = policy.rowwise_t_tile(x2)
+    tr, tc = min(tr, triton.next_power_of_2(R)), min(tc, triton.next_power_of_2(C))
+    _k8x._cast_rowwise_t_kernel[(triton.cdiv(R, tr) * triton.cdiv(C, tc),)](
+        _arg(x2), scale, ys_r, st, ys_c, q2, qt, R, C, *x2.stride(), *q2.stride(), IN_BF16=common["IN_BF16"],
+        TILE_R=tr, TILE_C=tc, **_fmt_args(common), enable_fp_fusion=False, num_warps=policy.t_tile_warps(tr * tc))
+    return scale, st
+
+
+def _fmt_args(common) -> dict:
+    return {k: common[k] for k in ("FMAX", "EMIN", "MBITS", "IS_E4M3", "HW_CVT")}
+
+
+def _fp8_block_t_tiles(x2, q2, qt, block, common):
+    """1xBC blocks with the transposed copy (BCx1 blocks of x) from one tile a program
+    (``quantize_fp8_transpose_kernels._cast_1xn_t_kernel``). Returns both scales."""
+    R, C = x2.shape
+    bc = block.cols
+    tr = max(bc, min(policy.block_t_tile(), triton.next_power_of_2(R)))
+    tc = max(bc, min(policy.block_t_tile(), triton.next_power_of_2(C)))
+    n_sc, n_stc = triton.cdiv(C, bc), triton.cdiv(R, bc)
+    scale, st = _fp32(x2, R, n_sc), _fp32(x2, C, n_stc)
+    _k8x._cast_1xn_t_kernel[(triton.cdiv(R, tr) * triton.cdiv(C, tc),)](
+        _arg(x2), q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), n_sc, n_stc, IN_BF16=common["IN_BF16"],
+        BC=bc, TILE_R=tr, TILE_C=tc, **_fmt_args(common), enable_fp_fusion=False,
+        num_warps=policy.t_tile_warps(tr * tc))
+    return scale, st
+
+
 def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
     """Blockwise / MX in one pass over x. A program's tile holds whole blocks of both copies and is
     worked through in chunks of ~``tile_elems`` elements; only the tallest blocks (128x128, or the
     128x1 blocks of a transposed 1x128 copy) may be taller than a chunk. With no block taller than
     a chunk, a tile is ``block_chunks`` chunks tall. Returns both scales."""
+    mx = type(recipe) is MX
+    if transposed and not mx and block.rows == 1 and block.cols >= 8 and policy.block_t_tiles():
+        return _fp8_block_t_tiles(x2, q2, qt, block, common)
     common = dict(common, FAST_DIV=policy.blocks_fast_div())
     R, C = x2.shape
-    mx = type(recipe) is MX
     heights = {block.rows, tblock.rows if transposed else 1}
     elems = policy.tile_elems(x2)
     tc = max(block.cols, tblock.cols if transposed else 1, min(elems // 32, triton.next_power_of_2(C)))

@@ -105,7 +105,16 @@ def _cast_blocks_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, R, C, sxr, sxc, sqr
     Blocks taller than a chunk (128x128; the 128x1 blocks of the transposed 1x128 copy) are as
     tall as the tile: their amax comes from a first pass over the chunks (the second read of the
     tile is served by the cache), their scales and division factors are computed and stored once;
-    every chunk is then quantized."""
+    every chunk is then quantized.
+
+    1x128 with the transposed copy (triton 3.6, sm_90, 16384x4096 bf16; 0.428 ms = 15% of copy on
+    the H200): 57.4 SASS instructions an element in the quantize loop (``div.rn`` per element:
+    each with its range check and slow-path branch), 63 registers (2 programs of 16 warps an SM,
+    16 KB of loads in flight an SM, no load issued ahead), two passes over every 128x128 tile (the
+    column amax pass reduces each 32-row chunk across the 16 warps through shared memory: 9
+    barriers an iteration), and the transposed copy leaves through a byte-wise shared-memory
+    conversion (8 ``STS.U8`` a thread) as 8-byte stores of 32-byte runs (a chunk is 32 rows).
+    ``quantize_fp8_transpose_kernels`` has the one-read tile alternative (``block_t_tiles``)."""
     rows0 = (tl.program_id(0) // tl.cdiv(C, TILE_C)) * TILE_R  # consecutive programs walk along a row of tiles
     cols0 = (tl.program_id(0) % tl.cdiv(C, TILE_C)) * TILE_C
     cols = cols0 + tl.arange(0, TILE_C)

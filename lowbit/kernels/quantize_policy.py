@@ -196,6 +196,109 @@ def block_chunks() -> int:
     return 4
 
 
+# ---- the casts with a transposed copy (``quantize_fp8_transpose_kernels``) ----------------------------
+
+def block_t_tiles() -> bool:
+    """1xBC blocks with the transposed copy by the tile kernel (one read of x, both amax from the
+    same registers, ``tl.trans`` stores) instead of ``_cast_blocks_kernel``'s chunks. Off: compiled
+    for sm_90 (triton 3.6, 128x128 tiles, 16 warps) it takes 128 registers with 120 bytes of stack
+    (spills) and ~84 SASS instructions an element on its fast path, against 57.4 in the chunk
+    kernel's quantize loop (63 registers, no spills): its 128 column scales are computed by every
+    thread holding one (16 columns a thread: 32 ``div.rn`` a thread); the sweep times both."""
+    return False
+
+
+def rowwise_t_tiles() -> bool:
+    """Rowwise with the transposed copy by the three launches of ``quantize_fp8_transpose_kernels``
+    (amax pass writing the row scales, slot reduction, tile cast) instead of zero-fill x2, atomic
+    amax and ``_cast_rowwise_kernel`` (four): on sm_90 (triton 3.6, 16384x4096 bf16) the cast has
+    47.8 SASS instructions an element on its path against 92.9, 97 registers against 184, no
+    ``div.rn`` against 38 a thread, 16-byte stores of both copies, no spills; bit-exact under the
+    interpreter. Not yet timed on the GPU: the sweep's "T old" row is the previous path. The
+    lean encode plays no part in it (module docstring of the kernels: the finite-tile encode
+    needs no NaN handling, the rare non-finite tiles take the plain one)."""
+    return True
+
+
+def block_t_tile() -> int:
+    """Rows and columns of the 1xBC + transpose tile (at least BC)."""
+    return 128
+
+
+def rowwise_t_tiles() -> bool:
+    """Rowwise with the transposed copy by the three launches of ``quantize_fp8_transpose_kernels``
+    (amax pass writing the row scales, slot reduction, tile cast) instead of zero-fill x2, atomic
+    amax and ``_cast_rowwise_kernel`` (four): on sm_90 (triton 3.6, 16384x4096 bf16) the cast has
+    47.8 SASS instructions an element on its path against 92.9, 97 registers against 184, no
+    ``div.rn`` against 38 a thread, 16-byte stores of both copies, no spills; bit-exact under the
+    interpreter. Not yet timed on the GPU: the sweep's "T old" row is the previous path. The
+    lean encode plays no part in it (module docstring of the kernels: the finite-tile encode
+    needs no NaN handling, the rare non-finite tiles take the plain one)."""
+    return True
+
+
+def block_t_tile() -> int:
+    """Rows and columns of the 1xBC + transpose tile (at least BC)."""
+    return 128
+
+
+def rowwise_t_tiles() -> bool:
+    """Rowwise with the transposed copy by the three launches of ``quantize_fp8_transpose_kernels``
+    (amax pass writing the row scales, slot reduction, tile cast) instead of zero-fill x2, atomic
+    amax and ``_cast_rowwise_kernel`` (four): on sm_90 (triton 3.6, 16384x4096 bf16) the cast has
+    47.8 SASS instructions an element on its path against 92.9, 97 registers against 184, no
+    ``div.rn`` against 38 a thread, 16-byte stores of both copies, no spills; bit-exact under the
+    interpreter. Not yet timed on the GPU: the sweep's "T old" row is the previous path. The
+    lean encode plays no part in it (module docstring of the kernels: the finite-tile encode
+    needs no NaN handling, the rare non-finite tiles take the plain one)."""
+    return True
+
+
+def block_t_tile() -> int:
+    """Rows and columns of the 1xBC + transpose tile (at least BC)."""
+    return 128
+
+
+def rowwise_t_tiles() -> bool:
+    """Rowwise with the transposed copy by the three launches of ``quantize_fp8_transpose_kernels``
+    (amax pass writing the row scales, slot reduction, tile cast) instead of zero-fill x2, atomic
+    amax and ``_cast_rowwise_kernel`` (four): on sm_90 (triton 3.6, 16384x4096 bf16) the cast has
+    47.8 SASS instructions an element on its path against 92.9, 97 registers against 184, no
+    ``div.rn`` against 38 a thread, 16-byte stores of both copies, no spills; bit-exact under the
+    interpreter. Not yet timed on the GPU: the sweep's "T old" row is the previous path. The
+    lean encode plays no part in it (module docstring of the kernels: the finite-tile encode
+    needs no NaN handling, the rare non-finite tiles take the plain one)."""
+    return True
+
+
+def block_t_tile() -> int:
+    """Rows and columns of the 1xBC + transpose tile (at least BC)."""
+    return 128
+
+
+def block_t_compact_scales() -> bool:
+    """The tile kernel's column amax goes through memory (stored, read back after a barrier) so
+    its scale and division parts are computed once per column, not by every thread holding one."""
+    return True
+
+
+def rowwise_t_tile(x) -> tuple:
+    """(rows, columns) of the rowwise + transpose cast's tile: 128x64 with 16 warps (97 registers,
+    47.8 instructions an element); 64x64 takes 58 registers (2 programs an SM) and 58.5."""
+    return 128, 64
+
+
+def rowwise_t_amax_rows(x) -> int:
+    """Whole rows a program of the rowwise + transpose amax pass owns (one slot row of column
+    partial amax each): 64 (256 programs and 4 MB of slots at 16384x4096)."""
+    return 64
+
+
+def t_tile_warps(elems: int) -> int:
+    """Warps of the transpose tile casts: 16 elements a thread, at most 16 warps."""
+    return max(4, min(16, elems // 512))
+
+
 # ---- launches ----------------------------------------------------------------------------------------
 
 def delayed_amax_slots() -> bool:
