@@ -37,7 +37,7 @@ slots), ``chunks N`` / ``chunks 4+lean+nan`` (block casts, N chunks a program), 
 (delayed: the zero-fill + atomic of before), ``current slots``, ``progs/SM N`` (on top of
 lean+nan), ``div.rn``, ``cvt saturates``, ``blocks fast div``, ``tile N``, ``T RxC wW [prefetch]``
 (the transposing tensorwise casts: tile, warps, prefetch). ``--sweep-only A,B``: only the rows
-whose label starts with one of these. Prints a table last
+whose label starts with one of these ("_" for a space). Prints a table last
 and writes DIR/quantize.json.
 """
 from __future__ import annotations
@@ -319,7 +319,7 @@ def run_sweep(args, x, small, rows, copy, t_start, save):
     """The sweep rows on x (first shape): check on x and the special tensor, then time."""
     skipped, done, t_sweep = [], 0, time.time()
     pol = kq.policy
-    only = tuple(p for p in (args.sweep_only or "").split(",") if p)
+    only = tuple(p.replace("_", " ") for p in (args.sweep_only or "").split(",") if p)  # "_": a space
     for label, repl, vs in sweep_rows():
         if only and not label.startswith(only):
             continue

@@ -48,6 +48,7 @@ from .fp4_weight_only import (SCAN_SPECS as WO_SCAN_SPECS, WO_CONFIGS as _WO_CON
                               prune_wo as _prune_wo, weight_only_support, wo_last_config)
 from .gemm import _store_dtype, _store_tile, _tile_coords, autotune_choices
 from .interpret import interpreting, runnable
+from .launch_math import cdiv, next_pow2
 
 __all__ = ["fp4_scaled_mm", "fp4_weight_only_mm", "fp4_support", "weight_only_support", "last_config",
            "SCAN_SPECS"]
@@ -111,8 +112,8 @@ _MM_CONFIGS = [_cfg(8, 3, BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8),
 def _prune_mn(configs, named_args, **kw):
     """Tiles no larger than the problem (the smallest configuration always stays)."""
     M, N = named_args["M"], named_args["N"]
-    keep = [c for c in configs if c.kwargs["BLOCK_M"] <= max(64, triton.next_power_of_2(M))
-            and c.kwargs["BLOCK_N"] <= max(64, triton.next_power_of_2(N))]
+    keep = [c for c in configs if c.kwargs["BLOCK_M"] <= max(64, next_pow2(M))
+            and c.kwargs["BLOCK_N"] <= max(64, next_pow2(N))]
     return keep or configs[-1:]
 
 
@@ -207,7 +208,7 @@ def fp4_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[t
     bias_t = bias.contiguous() if bias is not None else c
     asm = _use_asm(a.device, torch.bfloat16) if fast_dequant is None else fast_dequant
     bk = max(64, blk)  # the interpreter's K tile
-    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
+    grid = lambda meta: (cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
     runnable(_MM_TUNED)[grid](qa, qb, c, bias_t, sa, sb, a._global_scale, b._global_scale, M, N, K,
                               qa.stride(0), qb.stride(0), sa.stride(0), sb.stride(0), c.stride(0), c.stride(1),
                               SBLOCK=blk, SA_ROWS=ra, SB_ROWS=rb, MX=a.kind == "mx", HAS_BIAS=bias is not None,

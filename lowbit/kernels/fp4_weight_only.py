@@ -99,6 +99,7 @@ import triton
 import triton.language as tl
 
 from .interpret import interpreting, runnable
+from .launch_math import cdiv, next_pow2
 
 __all__ = ["fp4_weight_only_mm", "weight_only_support", "WO_CONFIGS", "prune_wo", "wo_last_config",
            "SCAN_SPECS"]
@@ -435,12 +436,12 @@ def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = No
     else:
         plans = [dict(cfg.kwargs) for cfg in prune_wo(WO_CONFIGS, {"M": M, "K": K}, SBLOCK=blk)]
     # partials and counters sized for every configuration the launch may pick
-    part_n = max(triton.cdiv(N, p["BLOCK_N"]) * p["BLOCK_N"] * triton.cdiv(M, p["BLOCK_M"]) * p["BLOCK_M"]
+    part_n = max(cdiv(N, p["BLOCK_N"]) * p["BLOCK_N"] * cdiv(M, p["BLOCK_M"]) * p["BLOCK_M"]
                  * p["SPLIT_K"] for p in plans if p["SPLIT_K"] > 1) if any(p["SPLIT_K"] > 1 for p in plans) else 0
     part = torch.empty(max(part_n, 1), dtype=torch.float32, device=a.device)
-    n_locks = max(triton.cdiv(N, p["BLOCK_N"]) * triton.cdiv(M, p["BLOCK_M"]) for p in plans)
+    n_locks = max(cdiv(N, p["BLOCK_N"]) * cdiv(M, p["BLOCK_M"]) for p in plans)
     locks = TILE_COUNTERS.get(a.device, n_locks) if any(p.get("REDUCE") == 2 for p in plans) else part
-    grid = lambda meta: (triton.cdiv(N, meta["BLOCK_N"]) * meta["SPLIT_K"], triton.cdiv(M, meta["BLOCK_M"]))  # noqa: E731
+    grid = lambda meta: (cdiv(N, meta["BLOCK_N"]) * meta["SPLIT_K"], cdiv(M, meta["BLOCK_M"]))  # noqa: E731
     launch = runnable(_wo_kernel) if fixed is not None else _WO_TUNED
     launch[grid](x, qb, sb, b._global_scale, c, part, locks, bias_t, M, N, K, x.stride(0), qb.stride(0),
                  sb.stride(0), c.stride(0), c.stride(1), SBLOCK=blk, SROWS=rb, MX=b.kind == "mx",
@@ -448,7 +449,7 @@ def fp4_weight_only_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = No
     chosen = fixed if fixed is not None else _WO_TUNED.best_config.kwargs
     if chosen["SPLIT_K"] > 1 and chosen["REDUCE"] == 1:
         bn, bm = chosen["BLOCK_N"], chosen["BLOCK_M"]
-        runnable(_wo_reduce_kernel)[(triton.cdiv(N, bn), triton.cdiv(M, bm))](
+        runnable(_wo_reduce_kernel)[(cdiv(N, bn), cdiv(M, bm))](
             part, b._global_scale, c, bias_t, M, N, c.stride(0), c.stride(1), SPLIT_K=chosen["SPLIT_K"],
             HAS_BIAS=bias is not None, UNDO_NV=asm and b.kind != "mx", BLOCK_N=bn, BLOCK_M=bm)
     return c.to(out_dtype)

@@ -55,6 +55,7 @@ import triton
 import triton.language as tl
 
 from .interpret import interpreting, runnable
+from .launch_math import cdiv, next_pow2
 
 __all__ = ["fp8_scaled_mm", "fp8_support", "gemm_plan", "last_config", "SCAN_SPECS"]
 
@@ -429,6 +430,8 @@ def fp8_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[t
     plan = gemm_plan(a, b)
     if isinstance(plan, str):
         raise ValueError(f"fp8_scaled_mm: {plan}")
+    if plan["K_SCALED"]:
+        fast_accum = False  # K-scaled GEMMs promote every chunk whatever fast_accum says (docstring)
     if variant in ("auto", "ws"):
         if _gluon_first(a.shape[0], fast_accum, variant) and a.device.type == "cuda" and not interpreting():
             from .gemm_gluon import gluon_fp8_scaled_mm
@@ -458,7 +461,7 @@ def fp8_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[t
     if variant == "pointer":
         cfg = _interpret_config(plan) if interp else {}
         kernel = runnable(_PTR_TUNED)
-        grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
+        grid = lambda meta: (cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
         kernel[grid](qa, qb, c, bias_t, sa, sb, M, N, K, qa.stride(0), qa.stride(1), qb.stride(0),
                      qb.stride(1), c.stride(0), c.stride(1), sam, sak, sbk, sbn, **consts, **cfg)
         return c.to(out_dtype)
@@ -469,7 +472,7 @@ def fp8_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[t
     b_desc = TensorDescriptor(qb.t(), [N, K], [qb.stride(1), 1], [bn, bk])
 
     def grid(meta):
-        tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
+        tiles = cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])
         return (min(nsm, tiles) if meta["PERSISTENT"] else tiles,)
     runnable(_TMA_TUNED)[grid](
         a_desc, b_desc, c, bias_t, sa, sb, M, N, K, c.stride(0), c.stride(1), sam, sak, sbk, sbn,

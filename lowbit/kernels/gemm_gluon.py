@@ -76,6 +76,8 @@ from typing import Optional
 
 import torch
 
+from .launch_math import cdiv
+
 __all__ = ["gluon_scaled_mm", "gluon_fp8_scaled_mm", "gluon_available", "gluon_support", "CONFIGS",
            "DEFAULT_CONFIG", "compile_for_sm90"]
 
@@ -465,7 +467,7 @@ def gluon_scaled_mm(qa, sa, qb, sb, mode: str, out_dtype=torch.bfloat16, bias=No
     a_desc = _GluonDesc(qa, [M, K], [qa.stride(0), 1], [_BM, _BK], _smem_layout(_BM, _BK))
     bt = qb.t()  # (N, K) row-major view
     b_desc = _GluonDesc(bt, [N, K], [bt.stride(0), 1], [bn_sub, _BK], _smem_layout(bn_sub, _BK))
-    tiles = triton.cdiv(M, _BM) * triton.cdiv(N, bn)
+    tiles = cdiv(M, _BM) * cdiv(N, bn)
     grid = (min(_num_sms(qa.device), tiles),)
     bias_t = bias.contiguous() if bias is not None else out
     _fp8_gemm_promote_kernel[grid](

@@ -49,7 +49,8 @@ instructions an element on the common path of a loop-free kernel):
   (63 registers): its 128 column scales are computed by every thread that holds a column (16
   columns a thread, 32 ``div.rn``; triton moves a round trip of the amax through memory back
   into that layout), and triton splits each ``cvt`` pair into bytes and packs them again (~2
-  instructions a code). So it is not the default (``quantize_policy.block_t_tiles``).
+  instructions a code). It is the default all the same (``quantize_policy.block_t_tiles``): on the
+  H200 it runs in 0.264 ms at 16384x4096 (8 warps) against the chunk kernel's 0.428, bit-exact.
 """
 from __future__ import annotations
 

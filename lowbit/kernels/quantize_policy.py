@@ -200,72 +200,22 @@ def block_chunks() -> int:
 
 def block_t_tiles() -> bool:
     """1xBC blocks with the transposed copy by the tile kernel (one read of x, both amax from the
-    same registers, ``tl.trans`` stores) instead of ``_cast_blocks_kernel``'s chunks. Off: compiled
-    for sm_90 (triton 3.6, 128x128 tiles, 16 warps) it takes 128 registers with 120 bytes of stack
-    (spills) and ~84 SASS instructions an element on its fast path, against 57.4 in the chunk
-    kernel's quantize loop (63 registers, no spills): its 128 column scales are computed by every
-    thread holding one (16 columns a thread: 32 ``div.rn`` a thread); the sweep times both."""
-    return False
-
-
-def rowwise_t_tiles() -> bool:
-    """Rowwise with the transposed copy by the three launches of ``quantize_fp8_transpose_kernels``
-    (amax pass writing the row scales, slot reduction, tile cast) instead of zero-fill x2, atomic
-    amax and ``_cast_rowwise_kernel`` (four): on sm_90 (triton 3.6, 16384x4096 bf16) the cast has
-    47.8 SASS instructions an element on its path against 92.9, 97 registers against 184, no
-    ``div.rn`` against 38 a thread, 16-byte stores of both copies, no spills; bit-exact under the
-    interpreter. Not yet timed on the GPU: the sweep's "T old" row is the previous path. The
-    lean encode plays no part in it (module docstring of the kernels: the finite-tile encode
-    needs no NaN handling, the rare non-finite tiles take the plain one)."""
+    same registers, ``tl.trans`` stores) instead of ``_cast_blocks_kernel``'s chunks. Statically
+    worse (sm_90, triton 3.6, 128x128 tiles, 16 warps: 128 registers, 120 bytes of stack, ~84
+    SASS instructions an element against 57.4, every thread holding a column computing its scale)
+    but faster on the H200 (2026-12-01, 16384x4096 bf16, kernel time, bit-exact there): 0.264 ms
+    at 8 warps (``t_tile_warps``), 0.323 at 16, against 0.428 for the chunk kernel."""
     return True
 
 
-def block_t_tile() -> int:
-    """Rows and columns of the 1xBC + transpose tile (at least BC)."""
-    return 128
-
-
 def rowwise_t_tiles() -> bool:
     """Rowwise with the transposed copy by the three launches of ``quantize_fp8_transpose_kernels``
     (amax pass writing the row scales, slot reduction, tile cast) instead of zero-fill x2, atomic
     amax and ``_cast_rowwise_kernel`` (four): on sm_90 (triton 3.6, 16384x4096 bf16) the cast has
     47.8 SASS instructions an element on its path against 92.9, 97 registers against 184, no
     ``div.rn`` against 38 a thread, 16-byte stores of both copies, no spills; bit-exact under the
-    interpreter. Not yet timed on the GPU: the sweep's "T old" row is the previous path. The
-    lean encode plays no part in it (module docstring of the kernels: the finite-tile encode
-    needs no NaN handling, the rare non-finite tiles take the plain one)."""
-    return True
-
-
-def block_t_tile() -> int:
-    """Rows and columns of the 1xBC + transpose tile (at least BC)."""
-    return 128
-
-
-def rowwise_t_tiles() -> bool:
-    """Rowwise with the transposed copy by the three launches of ``quantize_fp8_transpose_kernels``
-    (amax pass writing the row scales, slot reduction, tile cast) instead of zero-fill x2, atomic
-    amax and ``_cast_rowwise_kernel`` (four): on sm_90 (triton 3.6, 16384x4096 bf16) the cast has
-    47.8 SASS instructions an element on its path against 92.9, 97 registers against 184, no
-    ``div.rn`` against 38 a thread, 16-byte stores of both copies, no spills; bit-exact under the
-    interpreter. Not yet timed on the GPU: the sweep's "T old" row is the previous path. The
-    lean encode plays no part in it (module docstring of the kernels: the finite-tile encode
-    needs no NaN handling, the rare non-finite tiles take the plain one)."""
-    return True
-
-
-def block_t_tile() -> int:
-    """Rows and columns of the 1xBC + transpose tile (at least BC)."""
-    return 128
-
-
-def rowwise_t_tiles() -> bool:
-    """Rowwise with the transposed copy by the three launches of ``quantize_fp8_transpose_kernels``
-    (amax pass writing the row scales, slot reduction, tile cast) instead of zero-fill x2, atomic
-    amax and ``_cast_rowwise_kernel`` (four): on sm_90 (triton 3.6, 16384x4096 bf16) the cast has
-    47.8 SASS instructions an element on its path against 92.9, 97 registers against 184, no
-    ``div.rn`` against 38 a thread, 16-byte stores of both copies, no spills; bit-exact under the
-    interpreter. Not yet timed on the GPU: the sweep's "T old" row is the previous path. The
+    interpreter and on the H200, where it took 0.359 ms against 0.456 (16384x4096 bf16, kernel time;
+64x64 tiles 0.340, ``rowwise_t_tile``). The
     lean encode plays no part in it (module docstring of the kernels: the finite-tile encode
     needs no NaN handling, the rare non-finite tiles take the plain one)."""
     return True
@@ -283,9 +233,10 @@ def block_t_compact_scales() -> bool:
 
 
 def rowwise_t_tile(x) -> tuple:
-    """(rows, columns) of the rowwise + transpose cast's tile: 128x64 with 16 warps (97 registers,
-    47.8 instructions an element); 64x64 takes 58 registers (2 programs an SM) and 58.5."""
-    return 128, 64
+    """(rows, columns) of the rowwise + transpose cast's tile: 64x64 (58 registers, 58.5 SASS
+    instructions an element; 0.340 ms on the H200 at 16384x4096) rather than 128x64 (97
+    registers, 47.8 instructions; 0.359 ms) or 64x128 (0.384 ms)."""
+    return 64, 64
 
 
 def rowwise_t_amax_rows(x) -> int:
@@ -295,8 +246,9 @@ def rowwise_t_amax_rows(x) -> int:
 
 
 def t_tile_warps(elems: int) -> int:
-    """Warps of the transpose tile casts: 16 elements a thread, at most 16 warps."""
-    return max(4, min(16, elems // 512))
+    """Warps of the transpose tile casts: 8 (the H200 sweep: the 128x128 1x128-block tiles took
+    0.264 ms with 8 warps against 0.323 with 16, the rowwise tiles 0.351 against 0.359)."""
+    return 8
 
 
 # ---- launches ----------------------------------------------------------------------------------------
