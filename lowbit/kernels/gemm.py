@@ -406,14 +406,16 @@ def _auto_variant(device, qa, qb) -> str:
     return "tma"
 
 
-def _gluon_first(M: int, fast_accum: bool, variant: str) -> bool:
+def _gluon_first(M: int, fast_accum: bool, variant: str, k_scaled: bool = False) -> bool:
     """Whether ``fp8_scaled_mm`` offers the call to the Gluon kernels before the Triton ones:
     "ws" always; "auto" for promoting GEMMs of M >= 128 rows (H200, CUDA-graph timing, N = K =
     8192: at M = 16 the plain-Triton small-M tiles won in every mode, 0.0278-0.0302 vs
-    0.0311-0.0355 ms; at M = 128 they were within 4% of each other, Gluon ahead for blockwise)."""
+    0.0311-0.0355 ms; at M = 128 they were within 4% of each other, Gluon ahead for blockwise).
+    K-scaled GEMMs promote whatever ``fast_accum`` says, so they count as promoting (the fp8-block
+    forward: 13.29 against 13.77 ms a FFN step on the H200, 2026-12-01)."""
     if variant == "ws":
         return True
-    return not fast_accum and M >= 128
+    return (k_scaled or not fast_accum) and M >= 128
 
 
 def fp8_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[torch.Tensor] = None,
@@ -433,7 +435,8 @@ def fp8_scaled_mm(a, b, out_dtype: torch.dtype = torch.float32, bias: Optional[t
     if plan["K_SCALED"]:
         fast_accum = False  # K-scaled GEMMs promote every chunk whatever fast_accum says (docstring)
     if variant in ("auto", "ws"):
-        if _gluon_first(a.shape[0], fast_accum, variant) and a.device.type == "cuda" and not interpreting():
+        if _gluon_first(a.shape[0], fast_accum, variant, plan["K_SCALED"]) and a.device.type == "cuda" \
+                and not interpreting():
             from .gemm_gluon import gluon_fp8_scaled_mm
             from .gemm_gluon_ws import WS_DEFAULT
             config = WS_DEFAULT["fast" if fast_accum else "promote"] if variant == "ws" else None

@@ -124,3 +124,21 @@ def test_auto_offers_promoting_gemms_of_128_rows_and_more_to_gluon():
     assert not _gluon_first(64, False, "auto") and not _gluon_first(16, False, "auto")
     assert not _gluon_first(8192, True, "auto")  # fast accumulation: the plain-Triton kernel
     assert _gluon_first(16, True, "ws") and _gluon_first(16, False, "ws")
+    # K-scaled (blockwise) GEMMs promote anyway: fast_accum does not keep them off the Gluon kernel
+    assert _gluon_first(8192, True, "auto", k_scaled=True) and not _gluon_first(64, True, "auto", k_scaled=True)
+
+
+def test_k_scaled_gemms_ignore_fast_accum():
+    """A blockwise (K-scaled) GEMM is promoted every chunk either way: the same bits with and
+    without fast_accum, on every path the CPU runs."""
+    from lowbit.dtypes import FP8Tensor
+    from lowbit.kernels.gemm import fp8_scaled_mm
+    from lowbit.scaling import MX, Blockwise
+    g = torch.Generator().manual_seed(4)
+    x, w = torch.randn(64, 384, generator=g), torch.randn(96, 384, generator=g)
+    for recipe in (Blockwise(), MX()):
+        a = FP8Tensor.from_float(x, recipe, "input")
+        b = FP8Tensor.from_float(w, recipe, "weight").t()
+        for variant in ("auto", "triton", "pointer"):
+            assert torch.equal(fp8_scaled_mm(a, b, torch.float32, fast_accum=True, variant=variant),
+                               fp8_scaled_mm(a, b, torch.float32, fast_accum=False, variant=variant)), variant
