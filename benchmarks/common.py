@@ -103,6 +103,28 @@ def kernel_profile(fn, calls: int = 20):
     return {"ms": sum(per.values()) / calls, "launches": n / calls, "kernels": {k: v / calls for k, v in per.items()}}
 
 
+def host_cprofile(fn, calls: int, top: int = 30) -> str:
+    """cProfile of ``calls`` calls of ``fn`` (after one, and a device sync before and after): the
+    Python functions by own time, then by cumulative time."""
+    import cProfile
+    import io
+    import pstats
+    import torch
+    fn()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    buf = io.StringIO()
+    for key in ("tottime", "cumulative"):
+        buf.write(f"---- by {key}\n")
+        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
+    return buf.getvalue()
+
+
 def guarded(rows: list, name: str, fn):
     """Run ``fn()``; on error append a row naming the failure and continue."""
     try:

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from common import env_info, guarded, parse_args, print_table, write_json  # noqa: E402
+from common import env_info, guarded, host_cprofile, parse_args, print_table, write_json  # noqa: E402
 from ffn_train import SwiGLU, make_variant  # noqa: E402
 
 GROUPS = [  # (group, regex on the kernel name), first match wins
@@ -111,21 +111,7 @@ def profile(name: str, mode: str, steps: int = 5) -> dict:
 def host_profile(name: str, mode: str, steps: int = 10, top: int = 35) -> str:
     """cProfile of ``steps`` training steps (after warm-up): the Python functions by own time and
     by cumulative time (the host side of the step: where a host-bound step spends it)."""
-    import cProfile
-    import io
-    import pstats
-    step = warm_step(name, mode)
-    pr = cProfile.Profile()
-    pr.enable()
-    for _ in range(steps):
-        step()
-    pr.disable()
-    torch.cuda.synchronize()
-    out = io.StringIO()
-    st = pstats.Stats(pr, stream=out)
-    st.sort_stats("tottime").print_stats(top)
-    st.sort_stats("cumulative").print_stats(top)
-    return out.getvalue()
+    return host_cprofile(warm_step(name, mode), steps, top)
 
 
 def main():

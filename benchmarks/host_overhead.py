@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from benchmarks.common import env_info, guarded, parse_args, print_table, write_json  # noqa: E402
+from benchmarks.common import env_info, guarded, host_cprofile, parse_args, print_table, write_json  # noqa: E402
 
 
 def per_call_us(fn, calls: int) -> float:
@@ -35,24 +35,10 @@ def per_call_us(fn, calls: int) -> float:
     return (time.perf_counter() - t) / calls * 1e6
 
 
-def write_cprofile(path: str, cases, calls: int = 200, top: int = 30) -> None:
-    import cProfile
-    import io
-    import pstats
+def write_cprofile(path: str, cases, calls: int = 200) -> None:
     with open(path, "w") as f:
         for name, fn in cases:
-            fn()
-            torch.cuda.synchronize()
-            prof = cProfile.Profile()
-            prof.enable()
-            for _ in range(calls):
-                fn()
-            prof.disable()
-            torch.cuda.synchronize()
-            for key in ("tottime", "cumulative"):
-                buf = io.StringIO()
-                pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
-                f.write(f"==== {name}: {calls} calls, by {key}\n{buf.getvalue()}\n")
+            f.write(f"==== {name}: {calls} calls\n{host_cprofile(fn, calls)}\n")
 
 
 def main():
