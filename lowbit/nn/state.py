@@ -61,7 +61,9 @@ class LinearState(nn.Module):
         return [t for st in states for t in (st.amax_history, st.scale)]
 
     def cold_start(self) -> Tuple[bool, bool, bool]:
-        """Which of input, weight, grad the next step primes (``recipe.amax_init``, not yet primed)."""
+        """Which of input, weight, grad the next step primes (``recipe.amax_init``, not yet primed).
+        The grad is primed by the backward of the first forward autograd records: for a layer applied
+        twice in its first step, the backward of the first application (the one that runs last)."""
         if not (isinstance(self.recipe, Delayed) and self.recipe.amax_init):
             return (False, False, False)
         return tuple(not getattr(self, role).primed for role in ROLES)
