@@ -16,7 +16,9 @@ on the H200; the levers that are off are off until a sweep has shown them exact 
   elements per thread = ``stream_elems / (32 * stream_warps)``: 8 is one 16-byte load and one
   8-byte store a thread, 16 two 16-byte loads and one 16-byte store;
 * the tensorwise casts with the transposed copy: ``transpose_tile``, ``transpose_warps``,
-  ``transpose_prefetch``;
+  ``transpose_prefetch``; the rowwise and 1xBC-block ones (``quantize_fp8_transpose_kernels``):
+  ``rowwise_t_tiles``, ``block_t_tiles`` (which kernels), ``rowwise_t_tile``, ``rowwise_t_amax_rows``,
+  ``block_t_tile``, ``block_t_compact_scales``, ``t_tile_warps``;
 * the other kernels: ``tile_elems``, ``opts``, ``max_programs``, ``block_chunks``;
 * launches: ``delayed_amax_slots`` / ``current_amax_slots``: the amax kernels write one slot a
   program (read and reduced by the next kernel) instead of an atomic max into a zero-filled
