@@ -7,7 +7,7 @@ timeout, never the lease); the child prints one ``START``/``RESULT`` line per ca
 hang names the case it hung in.
 
 1. Correctness, per configuration (``gemm_gluon.CONFIGS``) and mode (tensorwise, rowwise,
-   blockwise 1x128/128x128): fresh random FP8 codes (lowbit's quantizers), output written into a
+   blockwise 1x128/128x128, blockwise_cols 1x128/128x1: the warp-specialized configurations only): fresh random FP8 codes (lowbit's quantizers), output written into a
    NaN-poisoned buffer (checked fully written), compared with float64 of the dequantized operands
    (+ bias): rel = ||C - ref||_F / ||ref||_F. Pass: rel <= 1.5 x the anchor's rel on the same
    codes (cuBLAS ``torch._scaled_mm`` precise for tensorwise fp32; lowbit's plain-Triton promoting
@@ -38,7 +38,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-MODES = ("tensorwise", "rowwise", "blockwise")
+MODES = ("tensorwise", "rowwise", "blockwise", "blockwise_cols")
 CHECKS = [  # (M, N, K, out dtype, bias); the first two also run for the non-default configurations
     (1024, 1024, 16384, "float32", False),
     (4096, 4096, 512, "float32", False),
@@ -65,7 +65,7 @@ def emit(kind, **kw):
 # ---------------------------------------------------------------------------------------------
 def _recipe(mode):
     from lowbit.scaling import Blockwise, Current, Rowwise
-    return {"tensorwise": Current(), "rowwise": Rowwise(), "blockwise": Blockwise()}[mode]
+    return {"tensorwise": Current(), "rowwise": Rowwise(), "blockwise": Blockwise(), "blockwise_cols": Blockwise()}[mode]
 
 
 def _operands(mode, M, N, K, seed):
@@ -75,7 +75,8 @@ def _operands(mode, M, N, K, seed):
     x = torch.randn(M, K, device=DEV, generator=g)
     w = torch.randn(N, K, device=DEV, generator=g) * 0.05
     a = FP8Tensor.from_float(x, _recipe(mode), "input")
-    b = FP8Tensor.from_float(w, _recipe(mode), "weight").t()
+    # blockwise_cols (wgrad): B quantized 1x128 along K like A, i.e. 128x1 blocks of (K, N)
+    b = FP8Tensor.from_float(w, _recipe(mode), "input" if mode == "blockwise_cols" else "weight").t()
     return a, b
 
 
@@ -217,7 +218,9 @@ def child_time(M, N, K, configs):
             continue
         bf = torch.bfloat16
         anchor = None
-        if mode == "blockwise":
+        if mode == "blockwise_cols":
+            pass  # no cuBLAS anchor for 1x128 x 128x1 here: the ratio is against lowbit's Triton kernel
+        elif mode == "blockwise":
             try:
                 from benchmarks.gemm import blockwise_anchor
                 factory, label = blockwise_anchor(a, b)

@@ -8,6 +8,8 @@ cores:
 
     tensorwise / rowwise:  acc = sum_c P_c;                 C = acc * sA[m] * sB[n] (+ bias[n])
     blockwise 1x128/128x128: acc = sum_c P_c * (sA[m, c] * sB[c, n // 128]);   C = acc (+ bias)
+    blockwise_cols 1x128/128x1 (wgrad): acc = sum_c P_c * (sA[m, c] * sB[c, n])  (the
+                             warp-specialized kernel only, ``gemm_gluon_ws``)
 
 (tensorwise: sA, sB scalars.) So the tensor cores never sum more than 128 products (the promotion
 interval of cuBLAS without fast accumulation and of DeepSeek-V3): Hopper's FP8 MMA keeps ~14 bits
@@ -356,7 +358,7 @@ CONFIGS = {  # name -> (SUBK, NSUB, BLOCK_N, STAGES, GROUP_M, UNROLL)
 # kernel per mode; calls without a config run the warp-specialized kernel (gemm_gluon_ws), faster
 # on the H200 at every benchmarked shape (benchmarks/RESULTS.md, session 4).
 DEFAULT_CONFIG = {"tensorwise": "k2_n128_s3_u2", "rowwise": "k2_n128_s3_u2", "blockwise": "k2_n128_s3"}
-_MODES = {"tensorwise": 0, "rowwise": 1, "blockwise": 2}
+_MODES = {"tensorwise": 0, "rowwise": 1, "blockwise": 2, "blockwise_cols": 3}
 _BM = _BK = 128
 _WARPS = 8
 
@@ -410,6 +412,8 @@ def gluon_support(qa, sa, qb, sb, mode, out_dtype=torch.bfloat16, bias=None, con
     kc = -(-K // 128)
     if mode == "rowwise":
         shapes = ((M, 1), (1, N))
+    elif mode == "blockwise_cols":
+        shapes = ((M, kc), (kc, N))
     else:
         shapes = ((M, kc), (kc, -(-N // 128)))
     if not (_scale_ok(sa, mode, *shapes[0]) and _scale_ok(sb, mode, *shapes[1])):
@@ -423,12 +427,14 @@ def gluon_support(qa, sa, qb, sb, mode, out_dtype=torch.bfloat16, bias=None, con
     name = config or promote_config(M, N)
     if name in WS_CONFIGS:
         fast, bn = WS_CONFIGS[name][:2]
-        if mode == "blockwise" and (fast or bn != 128):
+        if mode.startswith("blockwise") and (fast or bn != 128):
             return "blockwise needs a promoting 128-wide tile configuration"
         return None
     cfg = CONFIGS.get(name)
     if cfg is None:
         return f"unknown config {config!r}; one of {sorted(CONFIGS) + sorted(WS_CONFIGS)}"
+    if mode == "blockwise_cols":
+        return "1x128 x 128x1 scales run on the warp-specialized configurations only"
     if mode == "blockwise" and cfg[2] != 128:
         return "blockwise needs a 128-wide tile configuration"
     return None
@@ -444,7 +450,8 @@ def gluon_scaled_mm(qa, sa, qb, sb, mode: str, out_dtype=torch.bfloat16, bias=No
 
     qa (M, K), qb (K, N): FP8 codes, K-major (qb = weight.t() of a row-major (N, K) weight).
     Scales (fp32, dequantization factors): tensorwise one element each; rowwise sa (M, 1), sb (1, N);
-    blockwise sa (M, ceil(K/128)), sb (ceil(K/128), ceil(N/128)) (lowbit's FP8Tensor layouts).
+    blockwise sa (M, ceil(K/128)), sb (ceil(K/128), ceil(N/128)); blockwise_cols sa (M, ceil(K/128)),
+    sb (ceil(K/128), N) (lowbit's FP8Tensor layouts).
     ``config``: a key of ``CONFIGS`` or ``gemm_gluon_ws.WS_CONFIGS`` (default: the warp-specialized
     kernel, ``gemm_gluon_ws.promote_config(M, N)``); ``out``: an (M, N)
     tensor of out_dtype to write into (the benchmark's poisoned buffer)."""
@@ -479,7 +486,8 @@ def gluon_scaled_mm(qa, sa, qb, sb, mode: str, out_dtype=torch.bfloat16, bias=No
 
 
 def _plan_mode(plan) -> Optional[str]:
-    """gemm_plan -> "tensorwise" / "rowwise" / "blockwise" (1x128 x 128x128), else None."""
+    """gemm_plan -> "tensorwise" / "rowwise" / "blockwise" (1x128 x 128x128) / "blockwise_cols"
+    (1x128 x 128x1: wgrad's operands, both quantized along the tokens), else None."""
     if plan["E8M0"]:
         return None
     key = (plan["SA_ROWS"], plan["SA_K"], plan["SB_K"], plan["SB_COLS"])
@@ -489,6 +497,8 @@ def _plan_mode(plan) -> Optional[str]:
         return "rowwise"
     if key == (1, 128, 128, 128):
         return "blockwise"
+    if key == (1, 128, 128, 1):
+        return "blockwise_cols"
     return None
 
 

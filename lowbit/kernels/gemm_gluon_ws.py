@@ -29,6 +29,14 @@ sum, then the promotion adds in chunk order), so the result equals ``gemm_gluon`
 when the tensor cores sum a chunk the same way. On the H200: 1303 TFLOP/s at 8192^3 tensorwise
 (0.97x cuBLAS precise; ``gemm_gluon`` 978), benchmarks/RESULTS.md, session 4.
 
+``blockwise_cols`` (MODE 3, 1x128 x 128x1 scales: wgrad, both operands quantized along the
+tokens): the chunk's scale is the outer product ``sA[m, c] * sB[c, n]``, a row of 128 column
+scales a chunk, 32 registers a thread on top of acc + T; that does not fit beside T0 and T1, so
+this mode keeps one temporary: per chunk, issue the op, ``wait(0)``, promote with
+``fma(T, RN(sA * sB), acc)`` (the rounding of the plain-Triton kernel's ``acc += dot * s``).
+The other warp group's wgmmas overlap each one's promotion. H200 (2026-12-01): 1.39 ms at
+14336x4096x8192 against 1.63 for the plain-Triton kernel (691 TFLOP/s), errors equal to it.
+
 ``FAST`` configurations (``wsfast_*``): no promotion (cuBLAS ``use_fast_accum``), every chunk's
 wgmma accumulates into one accumulator, so 128x256 tiles fit (128 registers); slower than the
 plain-Triton fast kernel on the H200 (1215 vs 1305 TFLOP/s at 8192^3), reached by
@@ -103,6 +111,10 @@ if gl is not None:
             if FAST:
                 acc, c = _ws_tile_fast(a_bufs, b_bufs, ready, empty, c, gl.cdiv(n_chunks, SUBK), WG,
                                        STAGES, SUBK, mma_layout)
+            elif MODE == 3:
+                acc, c, t0 = _ws_tile_promote_cols(a_bufs, b_bufs, ready, empty, c, t0, sa_ptr, sb_ptr, off_m,
+                                                   pid_n * BLOCK_N, n_chunks, M, N, stride_sam, stride_sak,
+                                                   stride_sbk, stride_sbn, WG, STAGES, mma_layout)
             else:
                 acc, c, t0, t1 = _ws_tile_promote(a_bufs, b_bufs, ready, empty, c, t0, t1, sa_ptr, sb_ptr,
                                                   off_m, pid_n, n_chunks, M, stride_sam, stride_sak,
@@ -127,6 +139,58 @@ if gl is not None:
             mbarrier.arrive(empty.index(slot), count=1)
             c += 1
         return acc, c
+
+    @gluon.jit
+    def _promote_cols(acc, t, sa, sb):
+        """acc + t * RN(sa * sb): sa a (64, 1) column, sb a (1, BLOCK_N) row, per element (volatile
+        asm, as ``_promote``: no (64, BLOCK_N) scale tile is ever held)."""
+        return gl.inline_asm_elementwise(
+            "{ .reg .f32 s; mul.rn.f32 s, $2, $3; fma.rn.f32 $0, $1, s, $4; }", "=r,r,r,r,r",
+            [t, gl.broadcast(sa, t)[0], gl.broadcast(sb, t)[0], acc], dtype=gl.float32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _col_scales(sa_ptr, sb_ptr, rows, cols, k, n_chunks, M, N, stride_sam, stride_sak, stride_sbk, stride_sbn,
+                    mma_layout: gl.constexpr):
+        """Chunk k's ``sA[rows, k]`` as a (64, 1) column and ``sB[k, cols]`` as a (1, BLOCK_N) row (0
+        past K). ``cols`` is one column a thread (a coalesced load, one address), then converted to the
+        accumulator's column slice (32 a thread) through shared memory: 32 gathered loads would hold
+        32 64-bit addresses a thread."""
+        ok = k < n_chunks
+        sa = gl.load(sa_ptr + rows * stride_sam + k * stride_sak, mask=(rows < M) & ok, other=0.0)
+        sb = gl.load(sb_ptr + k * stride_sbk + cols * stride_sbn, mask=(cols < N) & ok, other=0.0)
+        return gl.expand_dims(sa, 1), gl.expand_dims(gl.convert_layout(sb, gl.SliceLayout(0, mma_layout)), 0)
+
+    @gluon.jit
+    def _ws_tile_promote_cols(a_bufs, b_bufs, ready, empty, c, t0, sa_ptr, sb_ptr, off_m, off_n, n_chunks, M, N,
+                              stride_sam, stride_sak, stride_sbk, stride_sbn, WG: gl.constexpr,
+                              STAGES: gl.constexpr, mma_layout: gl.constexpr):
+        """One tile's 64 rows with 1x128 x 128x1 scales (MODE 3, module docstring): chunk by chunk,
+        one temporary; each chunk's scales are loaded while the wgmma before it runs (chunk 2s+2's
+        during op 1 of stage s). Scales of chunks past K load as 0 (their codes are TMA zeros)."""
+        BLOCK_N: gl.constexpr = mma_layout.instr_shape[1]
+        rows = off_m + gl.arange(0, 64, layout=gl.SliceLayout(1, mma_layout))
+        cols = off_n + gl.arange(0, BLOCK_N, layout=gl.BlockedLayout([BLOCK_N // 128], [32], [4], [0]))
+        acc = gl.zeros([64, BLOCK_N], gl.float32, mma_layout)
+        sa0, sb0 = _col_scales(sa_ptr, sb_ptr, rows, cols, 0, n_chunks, M, N, stride_sam, stride_sak, stride_sbk,
+                               stride_sbn, mma_layout)
+        for st in range(gl.cdiv(n_chunks, 2)):
+            slot = c % STAGES
+            mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
+            t0 = warpgroup_mma(a_bufs.index(slot * 4 + WG), b_bufs.index(slot * 2).permute((1, 0)), t0,
+                               use_acc=False, is_async=True)
+            sa1, sb1 = _col_scales(sa_ptr, sb_ptr, rows, cols, st * 2 + 1, n_chunks, M, N, stride_sam, stride_sak,
+                                   stride_sbk, stride_sbn, mma_layout)
+            t0 = warpgroup_mma_wait(0, deps=[t0])
+            acc = _promote_cols(acc, t0, sa0, sb0)
+            t0 = warpgroup_mma(a_bufs.index(slot * 4 + 2 + WG), b_bufs.index(slot * 2 + 1).permute((1, 0)), t0,
+                               use_acc=False, is_async=True)
+            sa0, sb0 = _col_scales(sa_ptr, sb_ptr, rows, cols, st * 2 + 2, n_chunks, M, N, stride_sam, stride_sak,
+                                   stride_sbk, stride_sbn, mma_layout)
+            t0 = warpgroup_mma_wait(0, deps=[t0])
+            mbarrier.arrive(empty.index(slot), count=1)  # both chunks of the slot retired
+            acc = _promote_cols(acc, t0, sa1, sb1)
+            c += 1
+        return acc, c, t0
 
     @gluon.jit
     def _ws_tile_promote(a_bufs, b_bufs, ready, empty, c, t0, t1, sa_ptr, sb_ptr, off_m, pid_n, n_chunks, M,
@@ -198,8 +262,8 @@ if gl is not None:
         gl.static_assert(num_warps == 4, "the default partition is consumer warp group 0")
         BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
         BLOCK_K: gl.constexpr = b_desc.block_type.shape[1]
-        gl.static_assert(MODE != 2 or (BLOCK_N == 128 and BLOCK_K == 128 and not FAST),
-                         "blockwise: 128x128 tiles (one sB per chunk), promoted")
+        gl.static_assert(MODE < 2 or (BLOCK_N == 128 and BLOCK_K == 128 and not FAST),
+                         "blockwise: 128x128 tiles (one sB, or a row of them, per chunk), promoted")
         gl.static_assert(FAST or SUBK == 2, "promotion: a stage's two ops are its two 128-K chunks")
         a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES * SUBK * 2] + a_desc.block_type.shape,
                                            a_desc.layout)

@@ -121,6 +121,10 @@ def test_front_end_declines_on_cpu_and_maps_recipes():
         assert gg._plan_mode(plan) == mode
         assert gg.gluon_fp8_scaled_mm(a, b, torch.bfloat16) is None  # CPU: declined, never raises
         assert gg.gluon_fp8_scaled_mm(a, b, torch.bfloat16, fast_accum=True) is None
+    # wgrad's operands: both 1x128 along K (tokens), so B has 128x1 blocks: one scale per column a chunk
+    a = FP8Tensor.from_float(x, Blockwise(), "input")
+    b = FP8Tensor.from_float(w, Blockwise(), "input").t()
+    assert gg._plan_mode(gemm_plan(a, b)) == "blockwise_cols"
 
 
 def test_configs_are_consistent():
