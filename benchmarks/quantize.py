@@ -126,6 +126,7 @@ def variants():
         ("current e5m2 +T", "fp8", Current(), "grad", True),
         ("rowwise e4m3", "fp8", Rowwise(), "input", False),
         ("rowwise e4m3 +T", "fp8", Rowwise(), "input", True),
+        ("rowwise e5m2 +T", "fp8", Rowwise(), "grad", True),
         ("block 1x128", "fp8", Blockwise(), "input", False),
         ("block 1x128 +T", "fp8", Blockwise(), "input", True),
         ("block 128x128 +T", "fp8", Blockwise(), "weight", True),
@@ -278,16 +279,23 @@ def sweep_rows():
     F = lambda: False  # noqa: E731
     prev = dict(lean_cast=F, cvt_handles_nan=F, block_chunks=lambda: 1,
                 stream_warps=lambda e: kq.policy.opts(e)["num_warps"])
-    t_casts = _named("block 1x128 +T", "rowwise e4m3 +T")
-    rows = [("T tiles", dict(block_t_tiles=T, rowwise_t_tiles=T), t_casts),
-            ("T old", dict(block_t_tiles=F, rowwise_t_tiles=F), t_casts),
-            ("T tiles 8w", dict(block_t_tiles=T, rowwise_t_tiles=T, t_tile_warps=lambda e: 8), t_casts),
-            ("rowwise T 64x64", dict(rowwise_t_tiles=T, rowwise_t_tile=lambda x: (64, 64)),
-             _named("rowwise e4m3 +T")),
-            ("rowwise T 64x128", dict(rowwise_t_tiles=T, rowwise_t_tile=lambda x: (64, 128)),
-             _named("rowwise e4m3 +T")),
-            ("rowwise T amax 32 rows", dict(rowwise_t_tiles=T, rowwise_t_amax_rows=lambda x: 32),
-             _named("rowwise e4m3 +T"))]
+    t_casts = _named("block 1x128 +T", "rowwise e4m3 +T", "block 128x128 +T")
+    block_t, rowwise_t = _named("block 1x128 +T"), _named("rowwise e4m3 +T")
+    rows = [("T old", dict(block_t_tiles=F, rowwise_t_tiles=F, square_t_kernel=F), t_casts),
+            ("T sweep 16 rows", dict(block_t_sweep_rows=lambda: 16), block_t),
+            ("T sweep 8w", dict(t_sweep_warps=lambda e: 8), block_t),
+            ("T sweep prefetch", dict(block_t_sweep_prefetch=T), block_t),
+            ("T sweep 64 rows", dict(block_t_sweep_rows=lambda: 64), block_t),
+            ("T sweep 64 rows prefetch", dict(block_t_sweep_rows=lambda: 64, block_t_sweep_prefetch=T), block_t),
+            ("T sweep 256 cols 32 rows", dict(block_t_tile=lambda: 256), block_t)]
+    rows += [(f"rowwise amax {p}x{r}x{c}", dict(rowwise_t_amax_tile=lambda x, t=(p, r, c): t), rowwise_t)
+             for p, r, c in ((256, 32, 64), (512, 64, 64), (128, 64, 64), (256, 32, 128), (512, 32, 128))]
+    rows += [("square T blocks kernel", dict(square_t_kernel=F), _named("block 128x128 +T")),
+             ("square T 16-row slices", dict(block_t_sweep_rows=lambda: 16), _named("block 128x128 +T")),
+             ("square T 8w", dict(t_sweep_warps=lambda e: 8), _named("block 128x128 +T"))]
+    rows += [("rowwise T sweep 256 rows", dict(rowwise_t_sweep_rows=lambda: (256, 32)), rowwise_t),
+             ("rowwise T sweep 16-row slices", dict(rowwise_t_sweep_rows=lambda: (128, 16)), rowwise_t),
+             ("rowwise T sweep 8w", dict(t_sweep_warps=lambda e: 8), rowwise_t)]
     rows += [("session-3 defaults", prev, fp8), ("lean", lean, fp8), ("lean+nan", lean_nan, fp8),
             ("lean+nan best", dict(lean_nan, stream_elems=lambda x: 8192, block_chunks=lambda: 4,
                                    current_amax_slots=T), fp8)]

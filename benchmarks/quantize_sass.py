@@ -35,7 +35,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SM_REGS, SM_THREADS = 65536, 2048
-_PTR = {torch.int16: "*i16", torch.uint8: "*u8", torch.float32: "*fp32", torch.bfloat16: "*i16"}
+_PTR = {torch.int16: "*i16", torch.uint8: "*u8", torch.float32: "*fp32", torch.bfloat16: "*i16", torch.int32: "*i32"}
 
 
 class _Recorder:
@@ -186,7 +186,7 @@ def profile(name, kernel, grid, args, kw, elems_per_iter):
                 ldg=len(ldg), ld_bytes_thread=ld_bytes, inflight_kb=ld_bytes * threads * resident / 1024,
                 ld_widths=sorted({width(t) for t in ldg}), ahead=ahead, st_widths=sorted({width(t) for t in stg}),
                 n_stg=len(stg),
-                total=len(insns), ptx=c.asm["ptx"], sass=sass, constexprs=cx)
+                total=len(insns), ptx=c.asm["ptx"], ttgir=c.asm["ttgir"], sass=sass, constexprs=cx)
 
 
 _FMA = ("FFMA", "FMUL", "FADD", "IMAD", "HFMA2", "HMUL2", "HADD2")
@@ -230,6 +230,8 @@ def elems_per_iter(kw, args, kernel):
     """Elements of x one pass of the hot loop (or the whole program, loop-free) handles."""
     if "CHUNK_R" in kw:
         return kw["CHUNK_R"] * kw["TILE_C"]
+    if "SUB_R" in kw:
+        return kw["SUB_R"] * kw.get("TILE_C", kw.get("B", 1))
     if "BLOCK_R" in kw and "BLOCK_C" in kw:
         return kw["BLOCK_R"] * kw["BLOCK_C"]
     if "TILE_R" in kw:
@@ -254,7 +256,7 @@ def patch_launcher(sets):
         v = eval(val)  # noqa: S307 - a developer's command line
         setattr(pol, attr, (lambda *a, v=v: v))
     launches = []
-    for modname in ("_k8t", "_k8b", "_k8x", "_k4"):
+    for modname in ("_k8t", "_k8b", "_k8x", "_k8r", "_k4"):
         mod = getattr(kq, modname)
         fake = type(modname, (), {})
         for n, v in vars(mod).items():
@@ -285,7 +287,7 @@ def profile_rows(names=None, shape=(16384, 4096), sets=(), sass_dir=None, show=F
             if name == "_delayed_update_kernel":
                 continue
             r = profile(name, kernel, grid, args, kw, elems_per_iter(kw, args, kernel))
-            out.append({"variant": v[0], **{k: r[k] for k in r if k not in ("ptx", "sass", "constexprs")},
+            out.append({"variant": v[0], **{k: r[k] for k in r if k not in ("ptx", "ttgir", "sass", "constexprs")},
                         "ptx_ld_v4": "ld.global.v4.b32" in r["ptx"], "ptx_st_v4": "st.global.v4.b32" in r["ptx"]})
             if show:
                 print(f"{v[0]:22s} " + " ".join(f"{str(r[c] if not isinstance(r[c], float) else round(r[c], 1)):>10s}"
@@ -295,6 +297,7 @@ def profile_rows(names=None, shape=(16384, 4096), sets=(), sass_dir=None, show=F
                 base = os.path.join(sass_dir, f"{v[0].replace(' ', '_').replace('+', 'p')}.{name}")
                 open(base + ".sass", "w").write(r["sass"])
                 open(base + ".ptx", "w").write(r["ptx"])
+                open(base + ".ttgir", "w").write(r["ttgir"])
     return out
 
 

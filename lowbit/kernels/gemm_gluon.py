@@ -424,7 +424,7 @@ def gluon_support(qa, sa, qb, sb, mode, out_dtype=torch.bfloat16, bias=None, con
                              or not bias.is_floating_point() or bias.device != qa.device):
         return "bias must be a 1-D float tensor of length N on the operands' device"
     from .gemm_gluon_ws import WS_CONFIGS, promote_config
-    name = config or promote_config(M, N)
+    name = config or promote_config(M, N, mode)
     if name in WS_CONFIGS:
         fast, bn = WS_CONFIGS[name][:2]
         if mode.startswith("blockwise") and (fast or bn != 128):
@@ -453,14 +453,14 @@ def gluon_scaled_mm(qa, sa, qb, sb, mode: str, out_dtype=torch.bfloat16, bias=No
     blockwise sa (M, ceil(K/128)), sb (ceil(K/128), ceil(N/128)); blockwise_cols sa (M, ceil(K/128)),
     sb (ceil(K/128), N) (lowbit's FP8Tensor layouts).
     ``config``: a key of ``CONFIGS`` or ``gemm_gluon_ws.WS_CONFIGS`` (default: the warp-specialized
-    kernel, ``gemm_gluon_ws.promote_config(M, N)``); ``out``: an (M, N)
+    kernel, ``gemm_gluon_ws.promote_config(M, N, mode)``); ``out``: an (M, N)
     tensor of out_dtype to write into (the benchmark's poisoned buffer)."""
     if gluon_support(qa, sa, qb, sb, mode, out_dtype, bias, config) is not None:
         return None
     M, K = qa.shape
     N = qb.shape[1]
     from .gemm_gluon_ws import WS_CONFIGS, promote_config, ws_scaled_mm
-    name = config or promote_config(M, N)
+    name = config or promote_config(M, N, mode)
     if out is None:
         out = torch.empty((M, N), dtype=out_dtype, device=qa.device)
     elif out.shape != (M, N) or out.dtype != out_dtype or out.device != qa.device:

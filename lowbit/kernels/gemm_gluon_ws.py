@@ -30,12 +30,19 @@ when the tensor cores sum a chunk the same way. On the H200: 1303 TFLOP/s at 819
 (0.97x cuBLAS precise; ``gemm_gluon`` 978), benchmarks/RESULTS.md, session 4.
 
 ``blockwise_cols`` (MODE 3, 1x128 x 128x1 scales: wgrad, both operands quantized along the
-tokens): the chunk's scale is the outer product ``sA[m, c] * sB[c, n]``, a row of 128 column
-scales a chunk, 32 registers a thread on top of acc + T; that does not fit beside T0 and T1, so
-this mode keeps one temporary: per chunk, issue the op, ``wait(0)``, promote with
-``fma(T, RN(sA * sB), acc)`` (the rounding of the plain-Triton kernel's ``acc += dot * s``).
-The other warp group's wgmmas overlap each one's promotion. H200 (2026-12-01): 1.39 ms at
-14336x4096x8192 against 1.63 for the plain-Triton kernel (691 TFLOP/s), errors equal to it.
+tokens): the chunk's scale is the outer product ``sA[m, c] * sB[c, n]``, promoted as
+``fma(T, RN(sA * sB), acc)`` (the rounding of the plain-Triton kernel's ``acc += dot * s``), on
+the two-temporary schedule above. The row of 128 column scales (32 registers a thread in the
+accumulator's layout) does not fit beside acc, T0 and T1, so a chunk's scales wait in three
+registers (its two row scales and one coalesced column scale a thread) and take the
+accumulator's layout (through shared memory) inside the promotion that uses them.
+
+Blockwise scales are passed M-major (sA, both blockwise modes) and N-major (sB, blockwise_cols):
+``ws_scaled_mm`` copies them so (a few microseconds; none when they already are), and a chunk's
+scales are then one coalesced run instead of one 32-byte sector a row or column. H200
+(2026-12-01): blockwise_cols 1.22 ms at 14336x4096x8192 (787 TFLOP/s; session 5's one-temporary
+version with strided scales 1.39, the plain-Triton kernel 1.70), errors equal to the plain-Triton
+kernel's on the same codes.
 
 ``FAST`` configurations (``wsfast_*``): no promotion (cuBLAS ``use_fast_accum``), every chunk's
 wgmma accumulates into one accumulator, so 128x256 tiles fit (128 registers); slower than the
@@ -112,9 +119,9 @@ if gl is not None:
                 acc, c = _ws_tile_fast(a_bufs, b_bufs, ready, empty, c, gl.cdiv(n_chunks, SUBK), WG,
                                        STAGES, SUBK, mma_layout)
             elif MODE == 3:
-                acc, c, t0 = _ws_tile_promote_cols(a_bufs, b_bufs, ready, empty, c, t0, sa_ptr, sb_ptr, off_m,
-                                                   pid_n * BLOCK_N, n_chunks, M, N, stride_sam, stride_sak,
-                                                   stride_sbk, stride_sbn, WG, STAGES, mma_layout)
+                acc, c, t0, t1 = _ws_tile_promote_cols(a_bufs, b_bufs, ready, empty, c, t0, t1, sa_ptr, sb_ptr,
+                                                       off_m, pid_n * BLOCK_N, n_chunks, M, N, stride_sam,
+                                                       stride_sak, stride_sbk, stride_sbn, WG, STAGES, mma_layout)
             else:
                 acc, c, t0, t1 = _ws_tile_promote(a_bufs, b_bufs, ready, empty, c, t0, t1, sa_ptr, sb_ptr,
                                                   off_m, pid_n, n_chunks, M, stride_sam, stride_sak,
@@ -149,48 +156,71 @@ if gl is not None:
             [t, gl.broadcast(sa, t)[0], gl.broadcast(sb, t)[0], acc], dtype=gl.float32, is_pure=False, pack=1)
 
     @gluon.jit
-    def _col_scales(sa_ptr, sb_ptr, rows, cols, k, n_chunks, M, N, stride_sam, stride_sak, stride_sbk, stride_sbn,
-                    mma_layout: gl.constexpr):
-        """Chunk k's ``sA[rows, k]`` as a (64, 1) column and ``sB[k, cols]`` as a (1, BLOCK_N) row (0
-        past K). ``cols`` is one column a thread (a coalesced load, one address), then converted to the
-        accumulator's column slice (32 a thread) through shared memory: 32 gathered loads would hold
-        32 64-bit addresses a thread."""
+    def _raw_col_scales(sa_ptr, sb_ptr, rows, cols, k, n_chunks, M, N, stride_sam, stride_sak, stride_sbk,
+                        stride_sbn):
+        """Chunk k's ``sA[rows, k]`` ((64,), the accumulator's row slice) and ``sB[k, cols]`` (one
+        column a thread, coalesced), 0 past K: three registers a thread, converted at use."""
         ok = k < n_chunks
         sa = gl.load(sa_ptr + rows * stride_sam + k * stride_sak, mask=(rows < M) & ok, other=0.0)
         sb = gl.load(sb_ptr + k * stride_sbk + cols * stride_sbn, mask=(cols < N) & ok, other=0.0)
-        return gl.expand_dims(sa, 1), gl.expand_dims(gl.convert_layout(sb, gl.SliceLayout(0, mma_layout)), 0)
+        return sa, sb
 
     @gluon.jit
-    def _ws_tile_promote_cols(a_bufs, b_bufs, ready, empty, c, t0, sa_ptr, sb_ptr, off_m, off_n, n_chunks, M, N,
-                              stride_sam, stride_sak, stride_sbk, stride_sbn, WG: gl.constexpr,
+    def _promote_cols_raw(acc, t, sa, sb, mma_layout: gl.constexpr):
+        """``_promote_cols`` from ``_raw_col_scales``' registers: the row of column scales goes to
+        the accumulator's column slice (32 a thread) here, where it is used."""
+        return _promote_cols(acc, t, gl.expand_dims(sa, 1),
+                             gl.expand_dims(gl.convert_layout(sb, gl.SliceLayout(0, mma_layout)), 0))
+
+    @gluon.jit
+    def _ws_tile_promote_cols(a_bufs, b_bufs, ready, empty, c, t0, t1, sa_ptr, sb_ptr, off_m, off_n, n_chunks, M,
+                              N, stride_sam, stride_sak, stride_sbk, stride_sbn, WG: gl.constexpr,
                               STAGES: gl.constexpr, mma_layout: gl.constexpr):
-        """One tile's 64 rows with 1x128 x 128x1 scales (MODE 3, module docstring): chunk by chunk,
-        one temporary; each chunk's scales are loaded while the wgmma before it runs (chunk 2s+2's
-        during op 1 of stage s). Scales of chunks past K load as 0 (their codes are TMA zeros)."""
+        """MODE 3 with two temporaries, on ``_ws_tile_promote``'s schedule (op 0 of a stage runs
+        while op 1 of the stage before is promoted, then op 1 while op 0 is): the scales wait in
+        three registers a chunk and take the accumulator's layout only inside each promotion."""
         BLOCK_N: gl.constexpr = mma_layout.instr_shape[1]
         rows = off_m + gl.arange(0, 64, layout=gl.SliceLayout(1, mma_layout))
         cols = off_n + gl.arange(0, BLOCK_N, layout=gl.BlockedLayout([BLOCK_N // 128], [32], [4], [0]))
         acc = gl.zeros([64, BLOCK_N], gl.float32, mma_layout)
-        sa0, sb0 = _col_scales(sa_ptr, sb_ptr, rows, cols, 0, n_chunks, M, N, stride_sam, stride_sak, stride_sbk,
-                               stride_sbn, mma_layout)
-        for st in range(gl.cdiv(n_chunks, 2)):
+        slot = c % STAGES
+        mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
+        t0 = warpgroup_mma(a_bufs.index(slot * 4 + WG), b_bufs.index(slot * 2).permute((1, 0)), t0,
+                           use_acc=False, is_async=True)
+        t1 = warpgroup_mma(a_bufs.index(slot * 4 + 2 + WG), b_bufs.index(slot * 2 + 1).permute((1, 0)), t1,
+                           use_acc=False, is_async=True)
+        sa0, sb0 = _raw_col_scales(sa_ptr, sb_ptr, rows, cols, 0, n_chunks, M, N, stride_sam, stride_sak,
+                                   stride_sbk, stride_sbn)
+        sa1, sb1 = _raw_col_scales(sa_ptr, sb_ptr, rows, cols, 1, n_chunks, M, N, stride_sam, stride_sak,
+                                   stride_sbk, stride_sbn)
+        t0 = warpgroup_mma_wait(1, deps=[t0])
+        acc = _promote_cols_raw(acc, t0, sa0, sb0, mma_layout)
+        t1 = warpgroup_mma_wait(0, deps=[t1])
+        mbarrier.arrive(empty.index(slot), count=1)
+        c += 1
+        sa0, sb0 = _raw_col_scales(sa_ptr, sb_ptr, rows, cols, 2, n_chunks, M, N, stride_sam, stride_sak,
+                                   stride_sbk, stride_sbn)
+        # Loop invariant (as _ws_tile_promote): nothing in flight at the back edge; t1 holds the
+        # previous stage's op 1, retired, not yet promoted (its scales in sa1 / sb1).
+        for st in range(1, gl.cdiv(n_chunks, 2)):
             slot = c % STAGES
             mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
             t0 = warpgroup_mma(a_bufs.index(slot * 4 + WG), b_bufs.index(slot * 2).permute((1, 0)), t0,
                                use_acc=False, is_async=True)
-            sa1, sb1 = _col_scales(sa_ptr, sb_ptr, rows, cols, st * 2 + 1, n_chunks, M, N, stride_sam, stride_sak,
-                                   stride_sbk, stride_sbn, mma_layout)
-            t0 = warpgroup_mma_wait(0, deps=[t0])
-            acc = _promote_cols(acc, t0, sa0, sb0)
-            t0 = warpgroup_mma(a_bufs.index(slot * 4 + 2 + WG), b_bufs.index(slot * 2 + 1).permute((1, 0)), t0,
-                               use_acc=False, is_async=True)
-            sa0, sb0 = _col_scales(sa_ptr, sb_ptr, rows, cols, st * 2 + 2, n_chunks, M, N, stride_sam, stride_sak,
-                                   stride_sbk, stride_sbn, mma_layout)
-            t0 = warpgroup_mma_wait(0, deps=[t0])
-            mbarrier.arrive(empty.index(slot), count=1)  # both chunks of the slot retired
-            acc = _promote_cols(acc, t0, sa1, sb1)
+            acc = _promote_cols_raw(acc, t1, sa1, sb1, mma_layout)
+            t1 = warpgroup_mma(a_bufs.index(slot * 4 + 2 + WG), b_bufs.index(slot * 2 + 1).permute((1, 0)),
+                               t1, use_acc=False, is_async=True)
+            sa1, sb1 = _raw_col_scales(sa_ptr, sb_ptr, rows, cols, st * 2 + 1, n_chunks, M, N, stride_sam,
+                                       stride_sak, stride_sbk, stride_sbn)
+            t0 = warpgroup_mma_wait(1, deps=[t0])
+            acc = _promote_cols_raw(acc, t0, sa0, sb0, mma_layout)
+            sa0, sb0 = _raw_col_scales(sa_ptr, sb_ptr, rows, cols, st * 2 + 2, n_chunks, M, N, stride_sam,
+                                       stride_sak, stride_sbk, stride_sbn)
+            t1 = warpgroup_mma_wait(0, deps=[t1])
+            mbarrier.arrive(empty.index(slot), count=1)
             c += 1
-        return acc, c, t0
+        acc = _promote_cols_raw(acc, t1, sa1, sb1, mma_layout)
+        return acc, c, t0, t1
 
     @gluon.jit
     def _ws_tile_promote(a_bufs, b_bufs, ready, empty, c, t0, t1, sa_ptr, sb_ptr, off_m, pid_n, n_chunks, M,
@@ -299,12 +329,17 @@ WS_CONFIGS = {
 WS_DEFAULT = {"promote": "ws_s3", "fast": "wsfast_n256_s4"}  # fp8_scaled_mm(variant="ws")
 
 
-def promote_config(M: int, N: int) -> str:
-    """The promoting configuration for an (M, N) output: GROUP_M 16 from 8192 x 8192 up, 8 below
-    (H200, 2026-12-01: 16 won at 16384x14336x4096 in both runs, 1.75 / 1.77 vs 1.83 / 1.86 ms,
-    and lost at 2048x4096x4096, 0.097 vs 0.083 ms; at 8192^3 the runs disagreed, 0.857 vs 0.918
-    and 0.937 vs 0.891 ms, noise-sized)."""
+def promote_config(M: int, N: int, mode: str = "tensorwise") -> str:
+    """The promoting configuration for an (M, N) output: GROUP_M 16 from 8192 x 8192 up, 8 below;
+    blockwise_cols always 8. H200, 2026-12-01: GROUP_M 16 won at 16384x14336x4096 in both runs,
+    1.75 / 1.77 vs 1.83 / 1.86 ms, and lost at 2048x4096x4096, 0.097 vs 0.083 ms; at 8192^3 the runs
+    disagreed (noise-sized); blockwise_cols at 14336x4096x8192 / 8192^3: 1.22 / 1.43 ms with 8,
+    1.23 / 1.48 with 16."""
+    if mode == "blockwise_cols":
+        return "ws_s3"
     return "ws_s3_g16" if M * N >= 8192 * 8192 else "ws_s3"
+
+
 _BM = _BK = 128
 
 
@@ -325,6 +360,10 @@ def ws_scaled_mm(qa, sa, qb, sb, mode: str, out: torch.Tensor, bias=None, *, con
     fast, bn, stages, subk, group_m, c_regs, p_regs, maxnreg = WS_CONFIGS[config]
     M, K = qa.shape
     N = qb.shape[1]
+    if mode in ("blockwise", "blockwise_cols"):  # a chunk's scales a coalesced run (module docstring)
+        sa = sa.t().contiguous().t()  # sA[m, c] at c * M + m (no copy when it already is)
+        if mode == "blockwise_cols":
+            sb = sb.contiguous()  # sB[c, n] at c * N + n
     a_desc, b_desc = _descs(qa, qb, bn)
     tiles = -(-M // _BM) * -(-N // bn)
     grid = (min(_g._num_sms(qa.device), tiles),)

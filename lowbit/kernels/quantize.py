@@ -9,7 +9,8 @@ data and scale bits, shapes and dtypes, same DelayedScalingState update), or Non
 * ``quantize_fp8_t_triton(x, recipe, role, state)``: ``(q, q_t)`` as ``cast.quantize_fp8_t``:
   the row-major copy and the contiguous transposed copy written by the same pass (tensorwise: one
   scale; Rowwise: row and column scales, after an amax pass; blocks: each copy with its own block
-  scales; the tile kernels of ``quantize_fp8_transpose_kernels`` where the policy picks them).
+  scales; the sweep kernels of ``quantize_fp8_transpose_kernels`` / ``quantize_fp8_rowwise_t_kernels``
+  where the policy picks them).
 * ``quantize_fp4_triton(x, recipe, role, generator, hadamard_signs)``: MX(elem="e2m1") and NV,
   with the Hadamard transform fused in and stochastic rounding for NV gradients (the uniforms are
   the reference's own ``torch.rand(x.shape, generator=generator)`` draw, passed to the kernel).
@@ -39,6 +40,7 @@ from ..dtypes.fp8_tensor import FP8Tensor
 from ..scaling.recipes import MX, NV, ROLES, Blockwise, Current, Delayed, Rowwise
 from . import quantize_fp4_kernels as _k4
 from . import quantize_fp8_block_kernels as _k8b
+from . import quantize_fp8_rowwise_t_kernels as _k8r
 from . import quantize_fp8_tensor_row_kernels as _k8t
 from . import quantize_fp8_transpose_kernels as _k8x
 from . import quantize_policy as policy
@@ -47,7 +49,7 @@ from .launch_math import cdiv, next_pow2
 
 __all__ = ["quantize_fp8_triton", "quantize_fp8_t_triton", "quantize_fp4_triton", "SCAN_SPECS"]
 
-SCAN_SPECS = _k8t.SCAN_SPECS + _k8b.SCAN_SPECS + _k8x.SCAN_SPECS + _k4.SCAN_SPECS
+SCAN_SPECS = _k8t.SCAN_SPECS + _k8b.SCAN_SPECS + _k8x.SCAN_SPECS + _k8r.SCAN_SPECS + _k4.SCAN_SPECS
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _IN_KIND = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
@@ -243,25 +245,32 @@ def _fp8_rowwise(x2, q2, qt, transposed, common):
 
 
 def _fp8_rowwise_t_tiles(x2, q2, qt, common):
-    """Rowwise with the transposed copy in three streaming launches (``quantize_fp8_transpose_kernels``):
-    row scales and column-partial slots (programs of ``rowwise_t_amax_rows`` whole rows), column
-    scales from the slots, then the tile cast writing both copies. Returns (row scales, column scales)."""
+    """Rowwise with the transposed copy in three launches (``quantize_fp8_rowwise_t_kernels``):
+    row and column partial-amax slots (programs of ``rowwise_t_amax_tile``), row and column scales
+    from the slots, then the tile cast writing both copies. Returns (row scales, column scales)."""
     R, C = x2.shape
-    br = min(policy.rowwise_t_amax_rows(x2), next_pow2(R))
-    bc = max(1, min(policy.tile_elems(x2) // br, 64, next_pow2(C)))
-    n_p = cdiv(R, br)
-    slots, scale, ys_r, st, ys_c = _fp32(x2, n_p, C), _fp32(x2, R), _fp32(x2, R), _fp32(x2, C), _fp32(x2, C)
-    _k8x._rowwise_t_amax_kernel[(n_p,)](_arg(x2), scale, ys_r, slots, R, C, *x2.stride(), IN_BF16=common["IN_BF16"],
-                                        BLOCK_R=br, BLOCK_C=bc, FMAX=common["FMAX"], enable_fp_fusion=False,
-                                        num_warps=max(4, min(16, br * bc // 512)))
-    cc = min(128, next_pow2(C))
-    _k8x._rowwise_t_col_kernel[(cdiv(C, cc),)](slots, st, ys_c, n_p, C, BLOCK_P=32, BLOCK_C=cc,
-                                                      FMAX=common["FMAX"], enable_fp_fusion=False, num_warps=4)
-    tr, tc = policy.rowwise_t_tile(x2)
-    tr, tc = min(tr, next_pow2(R)), min(tc, next_pow2(C))
-    _k8x._cast_rowwise_t_kernel[(cdiv(R, tr) * cdiv(C, tc),)](
+    scale, ys_r, st, ys_c = _fp32(x2, R), _fp32(x2, R), _fp32(x2, C), _fp32(x2, C)
+    prog_r, sub_r, tc = policy.rowwise_t_amax_tile(x2)
+    sub_r, tc = min(sub_r, next_pow2(R)), min(tc, next_pow2(C))
+    prog_r = max(sub_r, min(prog_r, next_pow2(R)))
+    pr, pc = cdiv(R, prog_r), cdiv(C, tc)
+    rslot = torch.empty((pc, R), dtype=torch.int32, device=x2.device)
+    cslot = torch.empty((pr, C), dtype=torch.int32, device=x2.device)
+    _k8r._rowwise_t_amax2d_kernel[(pr * pc,)](_arg(x2), rslot, cslot, R, C, *x2.stride(), IN_BF16=common["IN_BF16"],
+                                              PROG_R=prog_r, SUB_R=sub_r, TILE_C=tc,
+                                              num_warps=max(1, min(8, sub_r * tc // 256)))
+    bn = min(256, next_pow2(max(R, C)))
+    _k8r._rowwise_t_scales_kernel[(cdiv(R, bn) + cdiv(C, bn),)](
+        rslot, cslot, scale, ys_r, st, ys_c, R, C, pr, pc, BLOCK_P=8, BLOCK_N=bn, FMAX=common["FMAX"],
+        enable_fp_fusion=False, num_warps=4)
+    prog_r, sub_r = policy.rowwise_t_sweep_rows()
+    tc = min(policy.block_t_tile(), next_pow2(C))
+    sub_r = min(sub_r, next_pow2(R))
+    prog_r = max(sub_r, min(prog_r, next_pow2(R)))
+    _k8r._cast_rowwise_t_sweep_kernel[(cdiv(R, prog_r) * cdiv(C, tc),)](
         _arg(x2), scale, ys_r, st, ys_c, q2, qt, R, C, *x2.stride(), *q2.stride(), IN_BF16=common["IN_BF16"],
-        TILE_R=tr, TILE_C=tc, **_fmt_args(common), enable_fp_fusion=False, num_warps=policy.t_tile_warps(tr * tc))
+        PROG_R=prog_r, SUB_R=sub_r, TILE_C=tc, **_fmt_args(common), enable_fp_fusion=False,
+        num_warps=policy.t_sweep_warps(sub_r * tc))
     return scale, st
 
 
@@ -270,18 +279,32 @@ def _fmt_args(common) -> dict:
 
 
 def _fp8_block_t_tiles(x2, q2, qt, block, common):
-    """1xBC blocks with the transposed copy (BCx1 blocks of x) from one tile a program
-    (``quantize_fp8_transpose_kernels._cast_1xn_t_kernel``). Returns both scales."""
+    """1xBC blocks with the transposed copy (BCx1 blocks of x): a program per BC x ``block_t_tile``
+    tile in two sweeps of ``block_t_sweep_rows`` rows (``_cast_1xn_t_sweep_kernel``). Returns both
+    scales."""
     R, C = x2.shape
     bc = block.cols
-    tr = max(bc, min(policy.block_t_tile(), next_pow2(R)))
     tc = max(bc, min(policy.block_t_tile(), next_pow2(C)))
     n_sc, n_stc = cdiv(C, bc), cdiv(R, bc)
     scale, st = _fp32(x2, R, n_sc), _fp32(x2, C, n_stc)
-    _k8x._cast_1xn_t_kernel[(cdiv(R, tr) * cdiv(C, tc),)](
+    sub = min(bc, policy.block_t_sweep_rows())
+    _k8x._cast_1xn_t_sweep_kernel[(cdiv(R, bc) * cdiv(C, tc),)](
         _arg(x2), q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), n_sc, n_stc, IN_BF16=common["IN_BF16"],
-        BC=bc, TILE_R=tr, TILE_C=tc, **_fmt_args(common), enable_fp_fusion=False,
-        num_warps=policy.t_tile_warps(tr * tc))
+        BC=bc, SUB_R=sub, TILE_C=tc, PREFETCH=policy.block_t_sweep_prefetch(), **_fmt_args(common),
+        enable_fp_fusion=False, num_warps=policy.t_sweep_warps(sub * tc))
+    return scale, st
+
+
+def _fp8_square_t(x2, q2, qt, b, common):
+    """BxB blocks with the transposed copy (its blocks are q's): a block a program
+    (``quantize_fp8_transpose_kernels._cast_square_t_kernel``). Returns both scales."""
+    R, C = x2.shape
+    n_sc, n_stc = cdiv(C, b), cdiv(R, b)
+    scale, st = _fp32(x2, n_stc, n_sc), _fp32(x2, n_sc, n_stc)
+    sub = min(b, policy.block_t_sweep_rows())
+    _k8x._cast_square_t_kernel[(n_stc * n_sc,)](
+        _arg(x2), q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), n_sc, n_stc, IN_BF16=common["IN_BF16"], B=b,
+        SUB_R=sub, **_fmt_args(common), enable_fp_fusion=False, num_warps=policy.t_sweep_warps(sub * b))
     return scale, st
 
 
@@ -293,8 +316,11 @@ def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
     mx = type(recipe) is MX
     if transposed and not mx and block.rows == 1 and block.cols >= 8 and policy.block_t_tiles():
         return _fp8_block_t_tiles(x2, q2, qt, block, common)
-    common = dict(common, FAST_DIV=policy.blocks_fast_div())
     R, C = x2.shape
+    if transposed and not mx and block.rows == block.cols == tblock.rows == tblock.cols > 1 \
+            and _pow2_block(block.rows) and policy.square_t_kernel():
+        return _fp8_square_t(x2, q2, qt, block.rows, common)
+    common = dict(common, FAST_DIV=policy.blocks_fast_div())
     heights = {block.rows, tblock.rows if transposed else 1}
     elems = policy.tile_elems(x2)
     tc = max(block.cols, tblock.cols if transposed else 1, min(elems // 32, next_pow2(C)))

@@ -114,7 +114,8 @@ def _cast_blocks_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, R, C, sxr, sxc, sqr
     column amax pass reduces each 32-row chunk across the 16 warps through shared memory: 9
     barriers an iteration), and the transposed copy leaves through a byte-wise shared-memory
     conversion (8 ``STS.U8`` a thread) as 8-byte stores of 32-byte runs (a chunk is 32 rows).
-    ``quantize_fp8_transpose_kernels`` has the one-read tile alternative (``block_t_tiles``)."""
+    ``quantize_fp8_transpose_kernels`` has the sweep alternatives (``block_t_tiles``,
+    ``square_t_kernel``)."""
     rows0 = (tl.program_id(0) // tl.cdiv(C, TILE_C)) * TILE_R  # consecutive programs walk along a row of tiles
     cols0 = (tl.program_id(0) % tl.cdiv(C, TILE_C)) * TILE_C
     cols = cols0 + tl.arange(0, TILE_C)

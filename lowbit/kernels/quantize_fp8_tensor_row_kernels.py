@@ -234,7 +234,7 @@ def _cast_rowwise_kernel(x_ptr, row_amax_ptr, col_amax_ptr, q_ptr, s_ptr, qt_ptr
     with the zero fills and ``_row_col_amax_kernel`` 0.456 ms = 14% of copy on the H200): 184
     registers (one program, 8 warps, an SM), 92.9 SASS instructions an element, 38 ``div.rn`` a
     thread (amax / fmax and 1 / s' of each of the 4 rows and 16 columns it holds: every thread
-    computes the scales of its columns again). ``quantize_fp8_transpose_kernels`` replaces it
+    computes the scales of its columns again). ``quantize_fp8_rowwise_t_kernels`` replaces it
     (``quantize_policy.rowwise_t_tiles``)."""
     pid_r = tl.program_id(0) // tl.cdiv(C, BLOCK_C)  # consecutive programs walk along a row of tiles
     pid_c = tl.program_id(0) % tl.cdiv(C, BLOCK_C)

@@ -16,9 +16,10 @@ on the H200; the levers that are off are off until a sweep has shown them exact 
   elements per thread = ``stream_elems / (32 * stream_warps)``: 8 is one 16-byte load and one
   8-byte store a thread, 16 two 16-byte loads and one 16-byte store;
 * the tensorwise casts with the transposed copy: ``transpose_tile``, ``transpose_warps``,
-  ``transpose_prefetch``; the rowwise and 1xBC-block ones (``quantize_fp8_transpose_kernels``):
-  ``rowwise_t_tiles``, ``block_t_tiles`` (which kernels), ``rowwise_t_tile``, ``rowwise_t_amax_rows``,
-  ``block_t_tile``, ``block_t_compact_scales``, ``t_tile_warps``;
+  ``transpose_prefetch``; the rowwise, 1xBC- and BxB-block ones (``quantize_fp8_transpose_kernels``,
+  ``quantize_fp8_rowwise_t_kernels``): ``rowwise_t_tiles``, ``block_t_tiles``, ``square_t_kernel``
+  (which kernels), ``block_t_tile``, ``block_t_sweep_rows``, ``block_t_sweep_prefetch``,
+  ``rowwise_t_sweep_rows``, ``rowwise_t_amax_tile``, ``t_sweep_warps``;
 * the other kernels: ``tile_elems``, ``opts``, ``max_programs``, ``block_chunks``;
 * launches: ``delayed_amax_slots`` / ``current_amax_slots``: the amax kernels write one slot a
   program (read and reduced by the next kernel) instead of an atomic max into a zero-filled
@@ -198,62 +199,69 @@ def block_chunks() -> int:
     return 4
 
 
-# ---- the casts with a transposed copy (``quantize_fp8_transpose_kernels``) ----------------------------
+# ---- the casts with a transposed copy (``quantize_fp8_transpose_kernels``, ``quantize_fp8_rowwise_t_kernels``)
 
 def block_t_tiles() -> bool:
-    """1xBC blocks with the transposed copy by the tile kernel (one read of x, both amax from the
-    same registers, ``tl.trans`` stores) instead of ``_cast_blocks_kernel``'s chunks. Statically
-    worse (sm_90, triton 3.6, 128x128 tiles, 16 warps: 128 registers, 120 bytes of stack, ~84
-    SASS instructions an element against 57.4, every thread holding a column computing its scale)
-    but faster on the H200 (2026-12-01, 16384x4096 bf16, kernel time, bit-exact there): 0.264 ms
-    at 8 warps (``t_tile_warps``), 0.323 at 16, against 0.428 for the chunk kernel."""
+    """1xBC blocks with the transposed copy by the two-sweep kernel (``_cast_1xn_t_sweep_kernel``)
+    instead of ``_cast_blocks_kernel``'s chunks (H200, 2026-12-01, 16384x4096 bf16, kernel time,
+    bit-exact there: 0.184 ms against 0.428; session 5's whole-tile kernel 0.264)."""
     return True
 
 
 def rowwise_t_tiles() -> bool:
-    """Rowwise with the transposed copy by the three launches of ``quantize_fp8_transpose_kernels``
-    (amax pass writing the row scales, slot reduction, tile cast) instead of zero-fill x2, atomic
-    amax and ``_cast_rowwise_kernel`` (four): on sm_90 (triton 3.6, 16384x4096 bf16) the cast has
-    47.8 SASS instructions an element on its path against 92.9, 97 registers against 184, no
-    ``div.rn`` against 38 a thread, 16-byte stores of both copies, no spills; bit-exact under the
-    interpreter and on the H200, where it took 0.359 ms against 0.456 (16384x4096 bf16, kernel time;
-64x64 tiles 0.340, ``rowwise_t_tile``). The
-    lean encode plays no part in it (module docstring of the kernels: the finite-tile encode
-    needs no NaN handling, the rare non-finite tiles take the plain one)."""
+    """Rowwise with the transposed copy by the three launches of ``quantize_fp8_rowwise_t_kernels``
+    (2-D amax pass into slots, slot reduction, sweep cast; 0.218 ms at 16384x4096 on the H200)
+    instead of zero-fill x2, atomic amax and ``_cast_rowwise_kernel`` (four; 0.456 ms). The lean
+    encode plays no part in it (the finite-slice encode needs no NaN handling, the rare
+    non-finite slices take the plain one)."""
     return True
 
 
 def block_t_tile() -> int:
-    """Rows and columns of the 1xBC + transpose tile (at least BC)."""
+    """Columns of a program of the 1xBC and rowwise + transpose sweep casts (at least BC)."""
     return 128
 
 
-def block_t_compact_scales() -> bool:
-    """The tile kernel's column amax goes through memory (stored, read back after a barrier) so
-    its scale and division parts are computed once per column, not by every thread holding one."""
+def square_t_kernel() -> bool:
+    """BxB blocks (128x128 weights) with the transposed copy by ``_cast_square_t_kernel`` (a block
+    a program: one amax sweep, one division an element, the codes written twice) instead of
+    ``_cast_blocks_kernel`` (0.148 ms at 16384x4096 on the H200, 43% of copy)."""
     return True
 
 
-def rowwise_t_tile(x) -> tuple:
-    """(rows, columns) of the rowwise + transpose cast's tile: 64x64 (58 registers, 58.5 SASS
-    instructions an element; 0.340 ms on the H200 at 16384x4096) rather than 128x64 (97
-    registers, 47.8 instructions; 0.359 ms) or 64x128 (0.384 ms)."""
-    return 64, 64
+def block_t_sweep_rows() -> int:
+    """Rows of a slice of the two-sweep 1xBC + transpose cast: 32 (H200, 2026-12-01, 16384x4096
+    bf16, 128-column tiles, 4 warps: 0.194 ms against 0.222 with 16-row slices)."""
+    return 32
 
 
-def rowwise_t_amax_rows(x) -> int:
-    """Whole rows a program of the rowwise + transpose amax pass owns (one slot row of column
-    partial amax each): 64 (256 programs and 4 MB of slots at 16384x4096)."""
-    return 64
+def block_t_sweep_prefetch() -> bool:
+    """The two-sweep cast's second sweep loads slice i + 1 before it works on slice i (H200,
+    2026-12-01, 16384x4096 bf16, 4 warps: 0.184 ms against 0.195 with 32-row slices, 0.203
+    against 0.222 with 16; 64-row slices 0.229 against 0.211)."""
+    return True
 
 
-def t_tile_warps(elems: int) -> int:
-    """Warps of the transpose tile casts: 8 (the H200 sweep: the 128x128 1x128-block tiles took
-    0.264 ms with 8 warps against 0.323 with 16, the rowwise tiles 0.351 against 0.359)."""
-    return 8
+def t_sweep_warps(elems: int) -> int:
+    """Warps of the two-sweep cast: 4 (H200, 2026-12-01, 16384x4096 bf16, 16-row slices: 0.221 ms
+    against 0.232 with 8; the whole-tile kernel 0.264)."""
+    return max(1, min(4, elems // 256))
 
 
-# ---- launches ----------------------------------------------------------------------------------------
+def rowwise_t_sweep_rows() -> tuple:
+    """(rows a program, rows a slice) of ``_cast_rowwise_t_sweep_kernel``: 128 and 32 (H200,
+    2026-12-01, 16384x4096 bf16, 4 warps: 0.143 ms against 0.195 for the 64x64 tile kernel;
+    256 rows 0.140, 16-row slices 0.206, 8 warps 0.214)."""
+    return 128, 32
+
+
+def rowwise_t_amax_tile(x) -> tuple:
+    """(rows a program, rows a slice, columns) of ``_rowwise_t_amax2d_kernel``: 512 x 128 in
+    32-row slices (H200, 2026-12-01, 16384x4096 bf16: the rowwise + transpose cast 0.218 ms
+    against 0.226-0.229 with 256 x 64 in 64-row slices; 256 x 32 x 64, 512 x 64 x 64, 128 x 64 x 64
+    and 256 x 32 x 128 within 2% of each other with the tile cast)."""
+    return 512, 32, 128
+
 
 def delayed_amax_slots() -> bool:
     """Delayed scaling: the cast writes one amax slot a program and the state-update kernel reduces
