@@ -156,6 +156,18 @@ if gl is not None:
             [t, gl.broadcast(sa, t)[0], gl.broadcast(sb, t)[0], acc], dtype=gl.float32, is_pure=False, pack=1)
 
     @gluon.jit
+    def _first_stage(a_bufs, b_bufs, ready, c, t0, t1, WG: gl.constexpr, STAGES: gl.constexpr):
+        """A tile's first stage: wait for its slot, issue op 0 (chunk 0, into t0) and op 1 (chunk 1,
+        into t1), both from zero. Returns (slot, t0, t1), both ops in flight."""
+        slot = c % STAGES
+        mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
+        t0 = warpgroup_mma(a_bufs.index(slot * 4 + WG), b_bufs.index(slot * 2).permute((1, 0)), t0,
+                           use_acc=False, is_async=True)
+        t1 = warpgroup_mma(a_bufs.index(slot * 4 + 2 + WG), b_bufs.index(slot * 2 + 1).permute((1, 0)), t1,
+                           use_acc=False, is_async=True)
+        return slot, t0, t1
+
+    @gluon.jit
     def _raw_col_scales(sa_ptr, sb_ptr, rows, cols, k, n_chunks, M, N, stride_sam, stride_sak, stride_sbk,
                         stride_sbn):
         """Chunk k's ``sA[rows, k]`` ((64,), the accumulator's row slice) and ``sB[k, cols]`` (one
@@ -183,12 +195,7 @@ if gl is not None:
         rows = off_m + gl.arange(0, 64, layout=gl.SliceLayout(1, mma_layout))
         cols = off_n + gl.arange(0, BLOCK_N, layout=gl.BlockedLayout([BLOCK_N // 128], [32], [4], [0]))
         acc = gl.zeros([64, BLOCK_N], gl.float32, mma_layout)
-        slot = c % STAGES
-        mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
-        t0 = warpgroup_mma(a_bufs.index(slot * 4 + WG), b_bufs.index(slot * 2).permute((1, 0)), t0,
-                           use_acc=False, is_async=True)
-        t1 = warpgroup_mma(a_bufs.index(slot * 4 + 2 + WG), b_bufs.index(slot * 2 + 1).permute((1, 0)), t1,
-                           use_acc=False, is_async=True)
+        slot, t0, t1 = _first_stage(a_bufs, b_bufs, ready, c, t0, t1, WG, STAGES)
         sa0, sb0 = _raw_col_scales(sa_ptr, sb_ptr, rows, cols, 0, n_chunks, M, N, stride_sam, stride_sak,
                                    stride_sbk, stride_sbn)
         sa1, sb1 = _raw_col_scales(sa_ptr, sb_ptr, rows, cols, 1, n_chunks, M, N, stride_sam, stride_sak,
@@ -239,12 +246,7 @@ if gl is not None:
             s1 = _chunk_scale(sa_ptr, sb_ptr, off_m, pid_n, 1, n_chunks, M, stride_sam, stride_sak,
                               stride_sbk, stride_sbn, rows, 64)
         # stage 0: both ops, then drain
-        slot = c % STAGES
-        mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
-        t0 = warpgroup_mma(a_bufs.index(slot * 4 + WG), b_bufs.index(slot * 2).permute((1, 0)), t0,
-                           use_acc=False, is_async=True)
-        t1 = warpgroup_mma(a_bufs.index(slot * 4 + 2 + WG), b_bufs.index(slot * 2 + 1).permute((1, 0)), t1,
-                           use_acc=False, is_async=True)
+        slot, t0, t1 = _first_stage(a_bufs, b_bufs, ready, c, t0, t1, WG, STAGES)
         s0n = s0  # blockwise: the next stage's op 0 scale, loaded a stage ahead (L2 latency)
         if MODE == 2:
             s0n = _chunk_scale(sa_ptr, sb_ptr, off_m, pid_n, 2, n_chunks, M, stride_sam, stride_sak,

@@ -247,7 +247,7 @@ def _fp8_rowwise(x2, q2, qt, transposed, common):
 def _fp8_rowwise_t_tiles(x2, q2, qt, common):
     """Rowwise with the transposed copy in three launches (``quantize_fp8_rowwise_t_kernels``):
     row and column partial-amax slots (programs of ``rowwise_t_amax_tile``), row and column scales
-    from the slots, then the tile cast writing both copies. Returns (row scales, column scales)."""
+    from the slots, then the sweep cast writing both copies. Returns (row scales, column scales)."""
     R, C = x2.shape
     scale, ys_r, st, ys_c = _fp32(x2, R), _fp32(x2, R), _fp32(x2, C), _fp32(x2, C)
     prog_r, sub_r, tc = policy.rowwise_t_amax_tile(x2)

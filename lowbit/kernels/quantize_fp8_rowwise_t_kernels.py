@@ -22,7 +22,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .quantize_fp8_transpose_kernels import _abs_key, _codes_finite, _codes_plain, _key_bits, _sign, _store_both
+from .quantize_fp8_transpose_kernels import _E4M3, _I32, _abs_key, _codes_finite, _codes_plain, _key_bits, _sign, \
+    _store_both
 from .quantize_jit_helpers import _amax_to_scale, _div_parts, _load_f32, scan_spec
 
 __all__ = ["SCAN_SPECS"]
@@ -153,9 +154,6 @@ def _cast_rowwise_t_sweep_kernel(x_ptr, s_ptr, ysr_ptr, st_ptr, ysc_ptr, q_ptr, 
 
 
 # ---- representative sm_90 compile configurations (the GPU launches; scanned by lowbit.fma_guard) --------
-
-_I32 = dict.fromkeys(("R", "C", "sxr", "sxc"), "i32")
-_E4M3 = dict(FMAX=448.0, EMIN=-6, MBITS=3, IS_E4M3=True, HW_CVT=3)
 
 SCAN_SPECS = (
     scan_spec(_rowwise_t_amax2d_kernel,

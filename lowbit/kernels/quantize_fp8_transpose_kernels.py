@@ -121,6 +121,41 @@ def _store_both(q, qt, rows, cols, R, C, q_ptr, sqr, sqc, qt_ptr):
 
 
 @triton.jit
+def _abs_key(x_ptr, rows, cols, R, C, sxr, sxc, IN_BF16: tl.constexpr):
+    """|x| as integers in float order (NaN above inf): bf16: the 15 magnitude bits (int16, not
+    widened); else the fp32 bits, sign cleared."""
+    mask = (rows[:, None] < R) & (cols[None, :] < C)
+    ptrs = x_ptr + rows[:, None].to(tl.int64) * sxr + cols[None, :].to(tl.int64) * sxc
+    if IN_BF16:
+        return tl.load(ptrs, mask=mask, other=0) & 0x7FFF
+    else:
+        return _abs_bits(_load_f32(ptrs, mask, IN_BF16))
+
+
+@triton.jit
+def _key_bits(k, IN_BF16: tl.constexpr):
+    """fp32 bits (int32) of an ``_abs_key``."""
+    if IN_BF16:
+        return k.to(tl.int32) << 16
+    else:
+        return k
+
+
+@triton.jit
+def _finite_slices_max(x_ptr, rows0, cols, R, C, sxr, sxc, IN_BF16: tl.constexpr, ROWS: tl.constexpr,
+                       SUB_R: tl.constexpr):
+    """Elementwise max of the finite |x| (NaN and inf count 0) over the (SUB_R, cols) slices of rows
+    [rows0, rows0 + ROWS): the rare path of a tile holding NaN or inf."""
+    fin = tl.zeros([SUB_R, cols.shape[0]], tl.float32)
+    for r in tl.static_range(0, ROWS, SUB_R):
+        rows = rows0 + r + tl.arange(0, SUB_R)
+        fin = tl.maximum(fin, _finite_abs(_load_f32(x_ptr + rows[:, None].to(tl.int64) * sxr
+                                                    + cols[None, :].to(tl.int64) * sxc,
+                                                    (rows[:, None] < R) & (cols[None, :] < C), IN_BF16)))
+    return fin
+
+
+@triton.jit
 def _row_blocks_max(v, SUB_R: tl.constexpr, TILE_C: tl.constexpr, BC: tl.constexpr):
     """Max over the 1xBC blocks of a (SUB_R, TILE_C) slice: (SUB_R,) when the row is one block
     (a 1-D result: a (SUB_R, 1) tensor would hold a copy a column register), else (SUB_R, TILE_C // BC)."""
@@ -149,32 +184,14 @@ def _cast_1xn_t_sweep_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, R, C, sxr, sxc
     cols0 = (pid % n_tc) * TILE_C
     cols = cols0 + tl.arange(0, TILE_C)
     c64 = cols[None, :].to(tl.int64)
-    if IN_BF16:  # |x|'s bf16 bits: 15-bit integers in float order (NaN above inf), no widening
-        acc = tl.zeros([SUB_R, TILE_C], tl.int16)
-    else:
-        acc = tl.zeros([SUB_R, TILE_C], tl.int32)
+    acc = tl.zeros([SUB_R, TILE_C], tl.int16 if IN_BF16 else tl.int32)
     for r in tl.static_range(0, BC, SUB_R):
-        rows = rows0 + r + tl.arange(0, SUB_R)
-        mask = (rows[:, None] < R) & (cols[None, :] < C)
-        ptrs = x_ptr + rows[:, None].to(tl.int64) * sxr + c64 * sxc
-        if IN_BF16:
-            acc = tl.maximum(acc, tl.load(ptrs, mask=mask, other=0) & 0x7FFF)
-        else:
-            acc = tl.maximum(acc, _abs_bits(_load_f32(ptrs, mask, IN_BF16)))
-    if IN_BF16:
-        ca = tl.max(acc, axis=0).to(tl.int32) << 16
-    else:
-        ca = tl.max(acc, axis=0)
+        acc = tl.maximum(acc, _abs_key(x_ptr, rows0 + r + tl.arange(0, SUB_R), cols, R, C, sxr, sxc, IN_BF16))
+    ca = _key_bits(tl.max(acc, axis=0), IN_BF16)
     finite = tl.max(ca, axis=0) < 0x7F800000
     ca = ca.to(tl.float32, bitcast=True)
     if not finite:  # rare: NaN or inf in the tile; the amax of the finite |x|
-        fin = tl.zeros([SUB_R, TILE_C], tl.float32)
-        for r in tl.static_range(0, BC, SUB_R):
-            rows = rows0 + r + tl.arange(0, SUB_R)
-            mask = (rows[:, None] < R) & (cols[None, :] < C)
-            fin = tl.maximum(fin, _finite_abs(_load_f32(x_ptr + rows[:, None].to(tl.int64) * sxr + c64 * sxc, mask,
-                                                        IN_BF16)))
-        ca = tl.max(fin, axis=0)
+        ca = tl.max(_finite_slices_max(x_ptr, rows0, cols, R, C, sxr, sxc, IN_BF16, BC, SUB_R), axis=0)
     s_c = _amax_to_scale(ca, FMAX)
     tl.store(st_ptr + cols.to(tl.int64) * n_stc + rows0 // BC, s_c, mask=cols < C)
     p2k_c, sp_c, ys_c = _div_parts(s_c, True)
@@ -217,27 +234,6 @@ def _cast_1xn_t_sweep_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, R, C, sxr, sxc
 
 
 @triton.jit
-def _abs_key(x_ptr, rows, cols, R, C, sxr, sxc, IN_BF16: tl.constexpr):
-    """|x| as integers in float order (NaN above inf): bf16: the 15 magnitude bits (int16, not
-    widened); else the fp32 bits, sign cleared."""
-    mask = (rows[:, None] < R) & (cols[None, :] < C)
-    ptrs = x_ptr + rows[:, None].to(tl.int64) * sxr + cols[None, :].to(tl.int64) * sxc
-    if IN_BF16:
-        return tl.load(ptrs, mask=mask, other=0) & 0x7FFF
-    else:
-        return _abs_bits(_load_f32(ptrs, mask, IN_BF16))
-
-
-@triton.jit
-def _key_bits(k, IN_BF16: tl.constexpr):
-    """fp32 bits (int32) of an ``_abs_key``."""
-    if IN_BF16:
-        return k.to(tl.int32) << 16
-    else:
-        return k
-
-
-@triton.jit
 def _cast_square_t_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, R, C, sxr, sxc, sqr, sqc, n_sc, n_stc,
                           IN_BF16: tl.constexpr, B: tl.constexpr, SUB_R: tl.constexpr, FMAX: tl.constexpr,
                           EMIN: tl.constexpr, MBITS: tl.constexpr, IS_E4M3: tl.constexpr, HW_CVT: tl.constexpr):
@@ -260,12 +256,7 @@ def _cast_square_t_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, R, C, sxr, sxc, s
     finite = top < INF
     amax = _key_bits(top, IN_BF16).to(tl.float32, bitcast=True)
     if not finite:  # rare: NaN or inf in the block; the amax of the finite |x|
-        fin = tl.zeros([SUB_R, B], tl.float32)
-        for r in tl.static_range(0, B, SUB_R):
-            rows = rows0 + r + tl.arange(0, SUB_R)
-            fin = tl.maximum(fin, _finite_abs(_load_f32(x_ptr + rows[:, None].to(tl.int64) * sxr + c64 * sxc,
-                                                        (rows[:, None] < R) & (cols[None, :] < C), IN_BF16)))
-        amax = tl.max(tl.max(fin, axis=1), axis=0)
+        amax = tl.max(tl.max(_finite_slices_max(x_ptr, rows0, cols, R, C, sxr, sxc, IN_BF16, B, SUB_R), axis=1), axis=0)
     s = _amax_to_scale(amax, FMAX)
     tl.store(s_ptr + bi.to(tl.int64) * n_sc + bj, s)
     tl.store(st_ptr + bj.to(tl.int64) * n_stc + bi, s)
@@ -290,7 +281,7 @@ SCAN_SPECS = (
     scan_spec(_cast_1xn_t_sweep_kernel,
               {"x_ptr": "*i16", "q_ptr": "*u8", "s_ptr": "*fp32", "qt_ptr": "*u8", "st_ptr": "*fp32", **_I32,
                "sqr": "i32", "sqc": "i32", "n_sc": "i32", "n_stc": "i32"},
-              dict(IN_BF16=True, BC=128, SUB_R=32, TILE_C=128, PREFETCH=False, **_E4M3), num_warps=4),
+              dict(IN_BF16=True, BC=128, SUB_R=32, TILE_C=128, PREFETCH=True, **_E4M3), num_warps=4),
     scan_spec(_cast_square_t_kernel,
               {"x_ptr": "*i16", "q_ptr": "*u8", "s_ptr": "*fp32", "qt_ptr": "*u8", "st_ptr": "*fp32", **_I32,
                "sqr": "i32", "sqc": "i32", "n_sc": "i32", "n_stc": "i32"},
