@@ -99,7 +99,7 @@ import triton
 import triton.language as tl
 
 from .interpret import interpreting, runnable
-from .launch_math import cdiv, next_pow2
+from .launch_math import cdiv
 
 __all__ = ["fp4_weight_only_mm", "weight_only_support", "WO_CONFIGS", "prune_wo", "wo_last_config",
            "SCAN_SPECS"]

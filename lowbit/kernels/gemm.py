@@ -55,7 +55,7 @@ import triton
 import triton.language as tl
 
 from .interpret import interpreting, runnable
-from .launch_math import cdiv, next_pow2
+from .launch_math import cdiv
 
 __all__ = ["fp8_scaled_mm", "fp8_support", "gemm_plan", "last_config", "SCAN_SPECS"]
 
