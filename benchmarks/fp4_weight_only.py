@@ -28,6 +28,7 @@ Prints the chosen autotune configurations and the table last; JSON to DIR/fp4_we
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import sys
@@ -37,7 +38,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from benchmarks.common import env_info, guarded, parse_args, print_table, write_json  # noqa: E402
+from benchmarks.common import env_info, guarded, kernel_profile, parse_args, print_table, write_json  # noqa: E402
 from benchmarks.common import graph_ms as common_graph_ms  # noqa: E402
 
 ROTATE_BYTES = 200e6
@@ -107,7 +108,8 @@ AB_SMALL = [_v(256, 128, 8, 8, 3), _v(256, 128, 8, 8, 3, slots=True), _v(128, 12
 # Triton kernel at the same split (split 4, DECODE 1: both sum in the same order, so the same bits).
 GLUON = [(f"gluon {n}", f"gluon:{n}", False) for n in
          ("n128_w8_s4", "n128_w8_s8", "n64_w4_s4", "n128_w4_s4", "n256_w8_s8", "n128_w8_s4_p1", "n128_w8_s4_w4")]
-GLUON_AB = [_v(128, 128, 4, 8, 4)] + GLUON
+GLUON_AB = [_v(128, 128, 4, 8, 4)] + GLUON + [("gluon n128_w8_s4_nodecode_probe", "gluon:n128_w8_s4_nodecode_probe",
+                                               False)]
 GLUON_SMALL = [_v(128, 128, 4, 8, 4)] + GLUON[:2]
 AB_M = {64: [_v(128, 128, 4, 8, 3, bm=64), _v(128, 128, 4, 8, 3, bm=64, slots=True)],
         128: [_v(128, 128, 2, 8, 3, bm=128), _v(128, 128, 2, 8, 3, bm=128, slots=True)]}
@@ -150,6 +152,16 @@ def graph_ms(fns):
     return common_graph_ms(fns)
 
 
+def kern_ms(fns):
+    """Device time per call (torch.profiler: the kernels alone, no launch gaps), cycling through the
+    weight copies as the graph does; None without CUPTI or on the CPU."""
+    if DEV != "cuda":
+        return None
+    it = itertools.cycle(fns)
+    prof = kernel_profile(lambda: next(it)(), calls=2 * len(fns))
+    return prof["ms"] if prof else None
+
+
 class Run:
     def __init__(self, budget):
         self.t0, self.budget, self.rows = time.time(), budget, []
@@ -169,7 +181,7 @@ def bench_shape(run, M, N, K, kinds, variants):
     ws = [(torch.randn(N, K, device=DEV, generator=g) * 0.02).to(torch.bfloat16) for _ in range(n_bf16)]
     bf16_ms = graph_ms([lambda w=w: torch.mm(x, w.t()) for w in ws])
     run.rows.append(dict(shape=shape, kind="bf16", variant="cuBLAS torch.mm", ms=bf16_ms,
-                         gbps=N * K * 2 / bf16_ms / 1e6))
+                         gbps=N * K * 2 / bf16_ms / 1e6, kern_ms=kern_ms([lambda w=w: torch.mm(x, w.t()) for w in ws])))
     del ws
     recipes = {"nvfp4 16x16": NV(), "nvfp4 1x16": NV(weight_2d=False), "mxfp4 1x32": MX(elem="e2m1")}
     for kind in kinds:
@@ -202,13 +214,19 @@ def bench_shape(run, M, N, K, kinds, variants):
                 else:
                     call = (lambda b: wo.fp4_weight_only_mm(x, b, torch.bfloat16)) if cfg is None else \
                         (lambda b: wo.fp4_weight_only_mm(x, b, torch.bfloat16, config=cfg))
+                if name.endswith("_probe"):  # a timing probe: its values are wrong by design, not checked
+                    ms = graph_ms([lambda b=b: call(b) for b in bs])
+                    run.rows.append(dict(shape=shape, kind=kind, variant=name, ms=ms, gbps=wbytes / ms / 1e6,
+                                         ratio=bf16_ms / ms, note="probe: values not checked"))
+                    return
                 ok, rel, note = check(x, b0, ref, bound, lambda: call(b0))
                 outs[name] = call(b0)
                 row = dict(shape=shape, kind=kind, variant=name, err_f64=rel, note=note,
                            config=cfg if isinstance(cfg, str) else cfg or wo.wo_last_config())
                 if ok:
                     ms = graph_ms([lambda b=b: call(b) for b in bs])
-                    row.update(ms=ms, gbps=wbytes / ms / 1e6, anchor_ms=bf16_ms, ratio=bf16_ms / ms)
+                    row.update(ms=ms, gbps=wbytes / ms / 1e6, anchor_ms=bf16_ms, ratio=bf16_ms / ms,
+                               kern_ms=kern_ms([lambda b=b: call(b) for b in bs]))
                 run.rows.append(row)
                 if ok and l2:  # probe: the same calls on ONE weight copy (36 MB: mostly L2 hits)
                     ms = graph_ms([lambda: call(b0)])
@@ -283,7 +301,7 @@ def main():
         print(f"  {k}: {v}")
     print(f"\nJSON: {path}   wall: {payload['wall_s']:.0f} s\n")
     shown = [{**r, "error": r["error"][:90]} if "error" in r else r for r in run.rows]
-    print_table(shown, ["shape", "kind", "variant", "ms", "gbps", "ratio", "err_f64", "note", "error"])
+    print_table(shown, ["shape", "kind", "variant", "ms", "kern_ms", "gbps", "ratio", "err_f64", "note", "error"])
 
 
 if __name__ == "__main__":

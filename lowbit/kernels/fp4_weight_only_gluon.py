@@ -133,7 +133,8 @@ if gl is not None:
                          stride_xm, stride_w, stride_s, stride_cm, stride_cn,
                          SBLOCK: gl.constexpr, SROWS: gl.constexpr, MX: gl.constexpr, SPLIT_K: gl.constexpr,
                          K_STEPS: gl.constexpr, HAS_BIAS: gl.constexpr, BLOCK_N: gl.constexpr,
-                         PREFETCH: gl.constexpr, WAIT: gl.constexpr, num_warps: gl.constexpr):
+                         PREFETCH: gl.constexpr, WAIT: gl.constexpr, NO_DECODE: gl.constexpr,
+                         num_warps: gl.constexpr):
         """One (n-tile, K split, m-tile) program; see the module docstring. Grid: (n_tiles * SPLIT_K,
         m_tiles), the splits of a tile adjacent. ``K_STEPS``: 128-K steps of a split (the last may
         have fewer)."""
@@ -196,8 +197,16 @@ if gl is not None:
                 asm: gl.constexpr = _ASM_MX
             else:
                 asm: gl.constexpr = _ASM_NV
-            t0, t1, t2, t3, t4, t5, t6, t7 = gl.inline_asm_elementwise(
-                asm, "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r", [wc, sv], dtype=(gl.bfloat16,) * 8, is_pure=True, pack=2)
+            if NO_DECODE:  # probe: the words themselves as the operand (wrong values, no decode work)
+                asm_p: gl.constexpr = "mov.b32 $0, $8; mov.b32 $1, $9; mov.b32 $2, $8; mov.b32 $3, $9; " \
+                    "mov.b32 $4, $8; mov.b32 $5, $9; mov.b32 $6, $8; mov.b32 $7, $10;"
+                t0, t1, t2, t3, t4, t5, t6, t7 = gl.inline_asm_elementwise(
+                    asm_p, "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r", [wc, sv], dtype=(gl.bfloat16,) * 8, is_pure=True,
+                    pack=2)
+            else:
+                t0, t1, t2, t3, t4, t5, t6, t7 = gl.inline_asm_elementwise(
+                    asm, "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r", [wc, sv], dtype=(gl.bfloat16,) * 8, is_pure=True,
+                    pack=2)
             acc = warpgroup_mma(t0, xb.index(0 * K_STEPS + j).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma(t1, xb.index(1 * K_STEPS + j).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma(t2, xb.index(2 * K_STEPS + j).permute((1, 0)), acc, is_async=True)
@@ -254,7 +263,7 @@ else:  # pragma: no cover
     _wo_gluon_kernel = None
 
 
-# ---- configurations: name -> (BLOCK_N, num_warps, SPLIT_K, PREFETCH, WAIT) --------------------------
+# ---- configurations: name -> (BLOCK_N, num_warps, SPLIT_K, PREFETCH, WAIT[, NO_DECODE]) ---------------
 WO_GLUON_CONFIGS = {
     "n128_w8_s4": (128, 8, 4, 2, 8),
     "n128_w8_s8": (128, 8, 8, 2, 8),
@@ -263,6 +272,7 @@ WO_GLUON_CONFIGS = {
     "n256_w8_s8": (256, 8, 8, 2, 8),
     "n128_w8_s4_p1": (128, 8, 4, 1, 8),
     "n128_w8_s4_w4": (128, 8, 4, 2, 4),
+    "n128_w8_s4_nodecode_probe": (128, 8, 4, 2, 8, True),  # wrong values: a timing probe of the decode's share
 }
 DEFAULT_WO_GLUON = "n128_w8_s4"
 
@@ -304,7 +314,7 @@ def wo_gluon_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = None, bia
     from . import fp4_gemm as f
     from .fp4_weight_only import TILE_COUNTERS
     from .gemm import _store_dtype
-    block_n, warps, split, prefetch, wait = WO_GLUON_CONFIGS[config or DEFAULT_WO_GLUON]
+    block_n, warps, split, prefetch, wait, *probe = WO_GLUON_CONFIGS[config or DEFAULT_WO_GLUON]
     out_dtype = out_dtype or a.dtype
     M, K = a.shape
     N = b.shape[1]
@@ -320,7 +330,8 @@ def wo_gluon_mm(a: torch.Tensor, b, out_dtype: Optional[torch.dtype] = None, bia
     _wo_gluon_kernel[(n_tiles * split, 1)](
         a, qb, sb, b._global_scale, c, part, locks, bias_t, M, N, K, a.stride(0), qb.stride(0), sb.stride(0),
         c.stride(0), c.stride(1), SBLOCK=blk, SROWS=rb, MX=b.kind == "mx", SPLIT_K=split, K_STEPS=k_steps,
-        HAS_BIAS=bias is not None, BLOCK_N=block_n, PREFETCH=prefetch, WAIT=wait, num_warps=warps)
+        HAS_BIAS=bias is not None, BLOCK_N=block_n, PREFETCH=prefetch, WAIT=wait, NO_DECODE=bool(probe),
+        num_warps=warps)
     return c.to(out_dtype)
 
 
@@ -331,12 +342,13 @@ def compile_wo_for_sm90(config: str = DEFAULT_WO_GLUON, mx: bool = False, sblock
     ``.n_regs``, ``.n_spills``, ``.metadata.shared``)."""
     import triton
     from triton.backends.compiler import GPUTarget
-    block_n, warps, split, prefetch, wait = WO_GLUON_CONFIGS[config]
+    block_n, warps, split, prefetch, wait, *probe = WO_GLUON_CONFIGS[config]
     sig = {"x_ptr": "*bf16", "w_ptr": "*i32", "s_ptr": "*u8", "g_ptr": "*fp32", "c_ptr": "*bf16",
            "part_ptr": "*fp32", "lock_ptr": "*i32", "bias_ptr": "*bf16", "M": "i32", "N": "i32", "K": "i32",
            "stride_xm": "i32", "stride_w": "i32", "stride_s": "i32", "stride_cm": "i32", "stride_cn": "i32"}
     consts = dict(SBLOCK=sblock, SROWS=srows, MX=mx, SPLIT_K=split, K_STEPS=cdiv(cdiv(k, split), STEP_K),
-                  HAS_BIAS=has_bias, BLOCK_N=block_n, PREFETCH=prefetch, WAIT=wait, num_warps=warps)
+                  HAS_BIAS=has_bias, BLOCK_N=block_n, PREFETCH=prefetch, WAIT=wait, NO_DECODE=bool(probe),
+                  num_warps=warps)
     for name in consts:
         sig[name] = "constexpr"
     attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(sig)
