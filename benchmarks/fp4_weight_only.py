@@ -13,6 +13,8 @@ Timing: the calls are captured in a CUDA graph cycling through several weight co
 all: no call finds its weight in the 50 MB L2), replayed under ``do_bench`` (median), divided by
 the calls: GPU time without host overhead, for bf16 ``torch.mm`` (the anchor, same run) and lowbit
 alike. ``GB/s`` = bytes of the FP4 weight (codes + scales) / time; ratio = bf16 time / lowbit time.
+``kern_ms``: the same calls' device time by torch.profiler (the kernels alone: graph time minus it is
+what launches cost).
 
 Rows: M in {1, 16, 64, 128} at N = K = 8192 (autotuned, and A/B variants: see ``_v`` for the
 names: the decode (``decode0`` = the call-2 kernel, default 1, ``decode2``), one dot per K step or
@@ -104,13 +106,6 @@ AB_M1 = [_v(256, 128, 8, 8, 3, decode=0), _v(256, 128, 8, 8, 3), _v(256, 128, 8,
          _v(128, 128, 8, 4, 4, slots=True), _v(64, 256, 4, 2, 3, decode=2), _v(256, 64, 8, 4, 4)]
 AB_SMALL = [_v(256, 128, 8, 8, 3), _v(256, 128, 8, 8, 3, slots=True), _v(128, 128, 8, 4, 4, slots=True),
             _v(64, 256, 4, 2, 3, decode=2), _v(256, 64, 8, 4, 4)]
-# The Gluon kernel (lowbit/kernels/fp4_weight_only_gluon.py), M <= 16: its configurations, and the
-# Triton kernel at the same split (split 4, DECODE 1: both sum in the same order, so the same bits).
-GLUON = [(f"gluon {n}", f"gluon:{n}", False) for n in
-         ("n128_w8_s4", "n128_w8_s8", "n64_w4_s4", "n128_w4_s4", "n256_w8_s8", "n128_w8_s4_p1", "n128_w8_s4_w4")]
-GLUON_AB = [_v(128, 128, 4, 8, 4)] + GLUON + [("gluon n128_w8_s4_nodecode_probe", "gluon:n128_w8_s4_nodecode_probe",
-                                               False)]
-GLUON_SMALL = [_v(128, 128, 4, 8, 4)] + GLUON[:2]
 AB_M = {64: [_v(128, 128, 4, 8, 3, bm=64), _v(128, 128, 4, 8, 3, bm=64, slots=True)],
         128: [_v(128, 128, 2, 8, 3, bm=128), _v(128, 128, 2, 8, 3, bm=128, slots=True)]}
 
@@ -204,25 +199,12 @@ def bench_shape(run, M, N, K, kinds, variants):
                 continue
 
             def one(name=name, cfg=cfg, l2=l2):
-                if isinstance(cfg, str):  # "gluon:<config>": the Gluon kernel, or a row saying why it declined
-                    from lowbit.kernels import fp4_weight_only_gluon as wog
-                    why = wog.wo_gluon_support(x, b0, cfg[6:])
-                    if why:
-                        run.rows.append(dict(shape=shape, kind=kind, variant=name, note=f"declined: {why}"))
-                        return
-                    call = (lambda b: wog.wo_gluon_mm(x, b, torch.bfloat16, config=cfg[6:]))
-                else:
-                    call = (lambda b: wo.fp4_weight_only_mm(x, b, torch.bfloat16)) if cfg is None else \
-                        (lambda b: wo.fp4_weight_only_mm(x, b, torch.bfloat16, config=cfg))
-                if name.endswith("_probe"):  # a timing probe: its values are wrong by design, not checked
-                    ms = graph_ms([lambda b=b: call(b) for b in bs])
-                    run.rows.append(dict(shape=shape, kind=kind, variant=name, ms=ms, gbps=wbytes / ms / 1e6,
-                                         ratio=bf16_ms / ms, note="probe: values not checked"))
-                    return
+                call = (lambda b: wo.fp4_weight_only_mm(x, b, torch.bfloat16)) if cfg is None else \
+                    (lambda b: wo.fp4_weight_only_mm(x, b, torch.bfloat16, config=cfg))
                 ok, rel, note = check(x, b0, ref, bound, lambda: call(b0))
                 outs[name] = call(b0)
                 row = dict(shape=shape, kind=kind, variant=name, err_f64=rel, note=note,
-                           config=cfg if isinstance(cfg, str) else cfg or wo.wo_last_config())
+                           config=cfg or wo.wo_last_config())
                 if ok:
                     ms = graph_ms([lambda b=b: call(b) for b in bs])
                     row.update(ms=ms, gbps=wbytes / ms / 1e6, anchor_ms=bf16_ms, ratio=bf16_ms / ms,
@@ -240,12 +222,6 @@ def bench_shape(run, M, N, K, kinds, variants):
             if fix in outs:
                 run.rows.append(dict(shape=shape, kind=kind, variant="check: 2-kernel == fixup (bitwise)",
                                      note=str(torch.equal(outs[two[0]], outs[fix]))))
-        same = next((t for t in outs if t.startswith("128x128 w8 s4 split4")), None)
-        for n in [n for n in outs if n.startswith("gluon ")]:  # split 4 both: same order, same bits
-            from lowbit.kernels.fp4_weight_only_gluon import WO_GLUON_CONFIGS
-            if same and WO_GLUON_CONFIGS[n[6:]][2] == 4:
-                run.rows.append(dict(shape=shape, kind=kind, variant=f"check: {n} == {same} (bitwise)",
-                                     note=str(torch.equal(outs[n], outs[same]))))
         if DEV == "cuda":
             torch.cuda.synchronize()
         run.rows.append(dict(shape=shape, kind=kind, variant="check: tile counters zero after",
@@ -258,8 +234,6 @@ def bench_shape(run, M, N, K, kinds, variants):
 def main():
     def extra(p):
         p.add_argument("--budget", type=float, default=150.0, help="seconds; what is left is skipped")
-        p.add_argument("--gluon", action="store_true", help="the Gluon kernel's configurations against the "
-                       "Triton kernel (M = 1, 16; NV 16x16, NV 1x16, MX 1x32; the two FFN shapes)")
         p.add_argument("--cpu-smoke", action="store_true", help="exercise this script on the CPU under "
                        "TRITON_INTERPRET=1 with tiny shapes (checks the script, measures nothing)")
     args = parse_args(__doc__.splitlines()[0], extra)
@@ -280,10 +254,6 @@ def main():
             ((16, 8192, 8192), ["nvfp4 1x16", "mxfp4 1x32"], AB_SMALL)]  # in order of importance
     if args.quick:
         plan = [((16, 8192, 8192), nv, AB_M16[:9] + AB_M16_LEVERS)]
-    if args.gluon:
-        plan = [((16, 8192, 8192), nv, GLUON_AB), ((1, 8192, 8192), nv, GLUON_SMALL),
-                ((16, 8192, 8192), ["nvfp4 1x16", "mxfp4 1x32"], GLUON_SMALL),
-                ((16, 14336, 4096), nv, GLUON_SMALL), ((16, 4096, 14336), nv, GLUON_SMALL)]
     if args.cpu_smoke:
         plan = [((16, 128, 1024), nv + ["mxfp4 1x32"], AB_M16[:4] + AB_M16[7:8] + AB_M16[13:14] + AB_M16_LEVERS[:1]
                  + AB_M16_LEVERS[-2:-1]),
