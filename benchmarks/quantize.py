@@ -293,6 +293,8 @@ def sweep_rows():
     rows += [("square T blocks kernel", dict(square_t_kernel=F), _named("block 128x128 +T")),
              ("square T 16-row slices", dict(block_t_sweep_rows=lambda: 16), _named("block 128x128 +T")),
              ("square T 8w", dict(t_sweep_warps=lambda e: 8), _named("block 128x128 +T"))]
+    rows += [(f"square T one read {w}w", dict(square_t_one_read=T, square_t_one_read_warps=lambda e, w=w: w),
+              _named("block 128x128 +T")) for w in (4, 8, 16)]
     rows += [("rowwise T sweep 256 rows", dict(rowwise_t_sweep_rows=lambda: (256, 32)), rowwise_t),
              ("rowwise T sweep 16-row slices", dict(rowwise_t_sweep_rows=lambda: (128, 16)), rowwise_t),
              ("rowwise T sweep 8w", dict(t_sweep_warps=lambda e: 8), rowwise_t)]

@@ -309,14 +309,29 @@ def _want_bm(M: int) -> int:
     return 16 if M <= 16 else 32 if M <= 32 else 64 if M <= 64 else 128
 
 
+DECODE_TILE = dict(BLOCK_N=256, BLOCK_M=16, BLOCK_K=128, SPLIT_K=8)  # with 8 warps, 3 stages
+
+
+def _decode_tile(c) -> bool:
+    return all(c.kwargs[k] == v for k, v in DECODE_TILE.items()) and c.num_warps == 8 and c.num_stages == 3
+
+
 def prune_wo(configs, named_args, **kw):
     """BLOCK_M: the smallest of 16 / 32 / 64 / 128 that covers M; BLOCK_K holds whole scale blocks;
-    each split keeps >= 2 K steps (else the split is dropped)."""
+    each split keeps >= 2 K steps (else the split is dropped). M <= 16: ``DECODE_TILE`` alone
+    where it fits (not autotuned): on the H200 the autotuner's pick there changed between runs
+    and lost up to 30% (2026-12-01, session 7, calls 1 and 3: M = 1, N = K = 8192, 128 x 256
+    split 4 at 0.0318 ms against 256 x 128 split 8 at 0.0244; MX 1x32 at M = 16, 256 x 64 / 4 warps
+    at 0.0317 against 0.0243), while 256 x 128 / 8 warps / 3 stages / split 8 was the fastest or
+    within 3% of it at every M <= 16 shape benchmarked (NV 16x16 and 1x16, MX 1x32; 8192^2,
+    14336 x 4096, 4096 x 14336)."""
     M, K = named_args["M"], named_args["K"]
     sblock = kw.get("SBLOCK", named_args.get("SBLOCK", 16))  # constexprs come as keywords
     want = _want_bm(M)
     keep = [c for c in configs if c.kwargs["BLOCK_M"] == want and c.kwargs["BLOCK_K"] % sblock == 0
             and K >= 2 * c.kwargs["SPLIT_K"] * c.kwargs["BLOCK_K"]]
+    if want == 16 and any(_decode_tile(c) for c in keep):
+        return [c for c in keep if _decode_tile(c)]
     return keep or [_cfg(4, 3, 64, min(want, 64), max(128, sblock), 1)]
 
 

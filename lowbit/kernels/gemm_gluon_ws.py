@@ -101,8 +101,10 @@ if gl is not None:
                      stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn,
                      WG: gl.constexpr, MODE: gl.constexpr, HAS_BIAS: gl.constexpr, FAST: gl.constexpr,
                      BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
-                     SUBK: gl.constexpr, GROUP_M: gl.constexpr):
-        """Warp group ``WG`` (0/1): rows WG*64 .. WG*64+63 of every tile of this program."""
+                     SUBK: gl.constexpr, GROUP_M: gl.constexpr, EPI_OVERLAP: gl.constexpr):
+        """Warp group ``WG`` (0/1): rows WG*64 .. WG*64+63 of every tile of this program.
+        EPI_OVERLAP (tensorwise / rowwise / blockwise): a tile's epilogue runs in the next tile's
+        first stage, while its two wgmmas do (the first tile's is a masked-off no-op)."""
         HALF_M: gl.constexpr = 64
         mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32])
@@ -112,6 +114,9 @@ if gl is not None:
         c = 0  # stages consumed by this program
         t0 = gl.zeros([HALF_M, BLOCK_N], gl.float32, mma_layout)
         t1 = gl.zeros([HALF_M, BLOCK_N], gl.float32, mma_layout)
+        acc_prev = gl.zeros([HALF_M, BLOCK_N], gl.float32, mma_layout)  # EPI_OVERLAP: the tile before
+        prev_m = M  # its rows: none before the first tile (every store masked off)
+        prev_n = 0
         for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
             pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
             off_m = pid_m * 2 * HALF_M + WG * HALF_M
@@ -125,8 +130,18 @@ if gl is not None:
             else:
                 acc, c, t0, t1 = _ws_tile_promote(a_bufs, b_bufs, ready, empty, c, t0, t1, sa_ptr, sb_ptr,
                                                   off_m, pid_n, n_chunks, M, stride_sam, stride_sak,
-                                                  stride_sbk, stride_sbn, WG, MODE, STAGES, mma_layout)
-            _epilogue(acc, c_ptr, bias_ptr, sa_ptr, sb_ptr, off_m, pid_n * BLOCK_N, M, N, stride_cm,
+                                                  stride_sbk, stride_sbn, WG, MODE, STAGES, mma_layout,
+                                                  acc_prev, prev_m, prev_n, c_ptr, bias_ptr, N, stride_cm,
+                                                  stride_cn, HAS_BIAS, EPI_OVERLAP and not FAST)
+            if EPI_OVERLAP and not FAST and MODE != 3:
+                acc_prev = acc
+                prev_m = off_m
+                prev_n = pid_n * BLOCK_N
+            else:
+                _epilogue(acc, c_ptr, bias_ptr, sa_ptr, sb_ptr, off_m, pid_n * BLOCK_N, M, N, stride_cm,
+                          stride_cn, stride_sam, stride_sbn, MODE, HAS_BIAS, mma_layout, HALF_M, BLOCK_N)
+        if EPI_OVERLAP and not FAST and MODE != 3:  # the last tile's
+            _epilogue(acc_prev, c_ptr, bias_ptr, sa_ptr, sb_ptr, prev_m, prev_n, M, N, stride_cm,
                       stride_cn, stride_sam, stride_sbn, MODE, HAS_BIAS, mma_layout, HALF_M, BLOCK_N)
 
     @gluon.jit
@@ -232,12 +247,14 @@ if gl is not None:
     @gluon.jit
     def _ws_tile_promote(a_bufs, b_bufs, ready, empty, c, t0, t1, sa_ptr, sb_ptr, off_m, pid_n, n_chunks, M,
                          stride_sam, stride_sak, stride_sbk, stride_sbn, WG: gl.constexpr, MODE: gl.constexpr,
-                         STAGES: gl.constexpr, mma_layout: gl.constexpr):
+                         STAGES: gl.constexpr, mma_layout: gl.constexpr, acc_prev, prev_m, prev_n, c_ptr, bias_ptr,
+                         N, stride_cm, stride_cn, HAS_BIAS: gl.constexpr, EPI_OVERLAP: gl.constexpr):
         """One tile's 64 rows, promoted every 128-K chunk; a stage = chunks 2s (op 0, into t0) and
-        2s+1 (op 1, into t1). Returns (acc, c, t0, t1)."""
+        2s+1 (op 1, into t1). EPI_OVERLAP: the previous tile's epilogue (``acc_prev``, rows from
+        ``prev_m``, columns from ``prev_n``) between the first stage's issue and its first wait.
+        Returns (acc, c, t0, t1)."""
         BLOCK_N: gl.constexpr = mma_layout.instr_shape[1]
         rows: gl.constexpr = gl.SliceLayout(1, mma_layout)
-        acc = gl.zeros([64, BLOCK_N], gl.float32, mma_layout)
         s0 = 1.0  # blockwise: the scales of the ops in t0 / t1 ((64, 1) columns from _chunk_scale)
         s1 = 1.0
         if MODE == 2:
@@ -247,6 +264,10 @@ if gl is not None:
                               stride_sbk, stride_sbn, rows, 64)
         # stage 0: both ops, then drain
         slot, t0, t1 = _first_stage(a_bufs, b_bufs, ready, c, t0, t1, WG, STAGES)
+        if EPI_OVERLAP:  # the tile before, while both ops run (its accumulator's last use)
+            _epilogue(acc_prev, c_ptr, bias_ptr, sa_ptr, sb_ptr, prev_m, prev_n, M, N, stride_cm, stride_cn,
+                      stride_sam, stride_sbn, MODE, HAS_BIAS, mma_layout, 64, BLOCK_N)
+        acc = gl.zeros([64, BLOCK_N], gl.float32, mma_layout)
         s0n = s0  # blockwise: the next stage's op 0 scale, loaded a stage ahead (L2 latency)
         if MODE == 2:
             s0n = _chunk_scale(sa_ptr, sb_ptr, off_m, pid_n, 2, n_chunks, M, stride_sam, stride_sak,
@@ -287,7 +308,7 @@ if gl is not None:
                             MODE: gl.constexpr, HAS_BIAS: gl.constexpr, FAST: gl.constexpr,
                             STAGES: gl.constexpr, SUBK: gl.constexpr, GROUP_M: gl.constexpr,
                             CONSUMER_REGS: gl.constexpr,
-                            PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                            PRODUCER_REGS: gl.constexpr, EPI_OVERLAP: gl.constexpr, num_warps: gl.constexpr):
         """Persistent warp-specialized promoting FP8 GEMM (module docstring); MODE 0/1/2:
         tensorwise, rowwise, blockwise; 128 x BLOCK_N tiles, stages of SUBK 128-K chunks; FAST:
         no promotion (tensorwise / rowwise)."""
@@ -308,25 +329,29 @@ if gl is not None:
         gl.warp_specialize([
             (_ws_consumer, (a_bufs, b_bufs, ready, empty, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N, K,
                             stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn,
-                            0, MODE, HAS_BIAS, FAST, BLOCK_N, BLOCK_K, STAGES, SUBK, GROUP_M)),
+                            0, MODE, HAS_BIAS, FAST, BLOCK_N, BLOCK_K, STAGES, SUBK, GROUP_M, EPI_OVERLAP)),
             (_ws_consumer, (a_bufs, b_bufs, ready, empty, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N, K,
                             stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn,
-                            1, MODE, HAS_BIAS, FAST, BLOCK_N, BLOCK_K, STAGES, SUBK, GROUP_M)),
+                            1, MODE, HAS_BIAS, FAST, BLOCK_N, BLOCK_K, STAGES, SUBK, GROUP_M, EPI_OVERLAP)),
             (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, STAGES, SUBK, GROUP_M)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 else:  # pragma: no cover
     _fp8_gemm_ws_kernel = None
 
 
-# name -> (FAST, BLOCK_N, STAGES, SUBK, GROUP_M, consumer-worker registers, producer registers, maxnreg).
+# name -> (FAST, BLOCK_N, STAGES, SUBK, GROUP_M, consumer-worker registers, producer registers, maxnreg,
+# EPI_OVERLAP: ``_eo``, a tile's epilogue under the next tile's first two wgmmas).
 # Registers: 12 warps (3 warp groups, the producer's one warp rounded up) share 64K a CTA, so
 # maxnreg <= 170; the default partition gets what maxnreg leaves (232 here, as the worker).
 WS_CONFIGS = {
-    "ws_s3": (False, 128, 3, 2, 8, 232, 40, 168),
-    "ws_s3_g16": (False, 128, 3, 2, 16, 232, 40, 168),
-    "wsfast_n256_s4": (True, 256, 4, 1, 8, 240, 24, 168),
-    "ws_s3_r240": (False, 128, 3, 2, 8, 240, 24, 168),
-    "wsfast_n128_s6": (True, 128, 6, 1, 8, 232, 40, 168),
+    "ws_s3": (False, 128, 3, 2, 8, 232, 40, 168, False),
+    "ws_s3_g16": (False, 128, 3, 2, 16, 232, 40, 168, False),
+    "wsfast_n256_s4": (True, 256, 4, 1, 8, 240, 24, 168, False),
+    "ws_s3_r240": (False, 128, 3, 2, 8, 240, 24, 168, False),
+    "wsfast_n128_s6": (True, 128, 6, 1, 8, 232, 40, 168, False),
+    "ws_s3_eo": (False, 128, 3, 2, 8, 232, 40, 168, True),
+    "ws_s3_g16_eo": (False, 128, 3, 2, 16, 232, 40, 168, True),
+    "ws_s3_g16_r240_eo": (False, 128, 3, 2, 16, 240, 24, 168, True),
 }
 WS_DEFAULT = {"promote": "ws_s3", "fast": "wsfast_n256_s4"}  # fp8_scaled_mm(variant="ws")
 
@@ -359,7 +384,7 @@ def _descs(qa, qb, bn: int):
 def ws_scaled_mm(qa, sa, qb, sb, mode: str, out: torch.Tensor, bias=None, *, config: str = "ws_s3") -> torch.Tensor:
     """Launch the warp-specialized kernel on arguments ``gemm_gluon.gluon_support`` accepted
     (``out`` allocated, scales 2-D as ``gluon_scaled_mm`` shapes them)."""
-    fast, bn, stages, subk, group_m, c_regs, p_regs, maxnreg = WS_CONFIGS[config]
+    fast, bn, stages, subk, group_m, c_regs, p_regs, maxnreg, epi_overlap = WS_CONFIGS[config]
     M, K = qa.shape
     N = qb.shape[1]
     if mode in ("blockwise", "blockwise_cols"):  # a chunk's scales a coalesced run (module docstring)
@@ -374,7 +399,8 @@ def ws_scaled_mm(qa, sa, qb, sb, mode: str, out: torch.Tensor, bias=None, *, con
         a_desc, b_desc, out, bias_t, sa, sb, M, N, K, out.stride(0), out.stride(1),
         sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1),
         MODE=_g._MODES[mode], HAS_BIAS=bias is not None, FAST=fast, STAGES=stages, SUBK=subk,
-        GROUP_M=group_m, CONSUMER_REGS=c_regs, PRODUCER_REGS=p_regs, num_warps=4, maxnreg=maxnreg)
+        GROUP_M=group_m, CONSUMER_REGS=c_regs, PRODUCER_REGS=p_regs, EPI_OVERLAP=epi_overlap, num_warps=4,
+        maxnreg=maxnreg)
     return out
 
 
@@ -383,7 +409,7 @@ def compile_ws_for_sm90(mode: str = "tensorwise", config: str = "ws_s3", out_dty
     """``triton.compile`` of the kernel for sm_90a on the CPU (tests, PTX/SASS inspection)."""
     import triton
     from triton.backends.compiler import GPUTarget
-    fast, bn, stages, subk, group_m, c_regs, p_regs, maxnreg = WS_CONFIGS[config]
+    fast, bn, stages, subk, group_m, c_regs, p_regs, maxnreg, epi_overlap = WS_CONFIGS[config]
     la, lb = _g._smem_layout(_BM // 2, _BK), _g._smem_layout(bn, _BK)
     sig = {"a_desc": f"tensordesc<{a_type}[{_BM // 2},{_BK}],{la!r}>",
            "b_desc": f"tensordesc<{b_type}[{bn},{_BK}],{lb!r}>",
@@ -391,7 +417,8 @@ def compile_ws_for_sm90(mode: str = "tensorwise", config: str = "ws_s3", out_dty
            "M": "i32", "N": "i32", "K": "i32", "stride_cm": "i32", "stride_cn": "i32",
            "stride_sam": "i32", "stride_sak": "i32", "stride_sbk": "i32", "stride_sbn": "i32"}
     consts = dict(MODE=_g._MODES[mode], HAS_BIAS=has_bias, FAST=fast, STAGES=stages, SUBK=subk,
-                  GROUP_M=group_m, CONSUMER_REGS=c_regs, PRODUCER_REGS=p_regs, num_warps=4)
+                  GROUP_M=group_m, CONSUMER_REGS=c_regs, PRODUCER_REGS=p_regs, EPI_OVERLAP=epi_overlap,
+                  num_warps=4)
     for k in consts:
         sig[k] = "constexpr"
     attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(sig)

@@ -229,6 +229,18 @@ def square_t_kernel() -> bool:
     return True
 
 
+def square_t_one_read() -> bool:
+    """BxB blocks with the transposed copy by ``_cast_square_t_reg_kernel`` (the block read once and
+    held in registers) instead of the two-sweep ``_cast_square_t_kernel``: off until an H200 sweep
+    times it."""
+    return False
+
+
+def square_t_one_read_warps(elems: int) -> int:
+    """Warps of ``_cast_square_t_reg_kernel``: 8 (a 128x128 block: 64 elements a thread)."""
+    return max(1, min(8, elems // 2048))
+
+
 def block_t_sweep_rows() -> int:
     """Rows of a slice of the two-sweep 1xBC + transpose cast: 32 (H200, 2026-12-01, 16384x4096
     bf16, 128-column tiles, 4 warps: 0.194 ms against 0.222 with 16-row slices)."""

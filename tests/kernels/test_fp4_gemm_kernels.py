@@ -235,6 +235,18 @@ def test_gpu_configs_hold_whole_scale_blocks(sblock, M):
     assert all((c.kwargs["REDUCE"] == 2) == (c.kwargs["SPLIT_K"] > 1) for c in kept)  # one launch
 
 
+def test_decode_shapes_run_one_configuration():
+    """M <= 16 with room for it: the one decode configuration, not autotuned (its pick changed
+    between runs on the H200); larger M, or K too short for 8 splits of 2 steps: the tuned list."""
+    from lowbit.kernels import fp4_weight_only as wo
+    for M in (1, 16):
+        for sblock in (16, 32):
+            kept = _prune_wo(_WO_CONFIGS, {"M": M, "K": 8192}, SBLOCK=sblock)
+            assert len(kept) == 1 and wo._decode_tile(kept[0]), kept
+    assert len(_prune_wo(_WO_CONFIGS, {"M": 16, "K": 1024}, SBLOCK=16)) > 1  # 8 splits of 2 steps need K >= 2048
+    assert len(_prune_wo(_WO_CONFIGS, {"M": 64, "K": 8192}, SBLOCK=16)) > 1
+
+
 # ---- the CUDA decode (PTX): tests/kernels/test_fp4_decode_ptx.py executes it instruction by instruction -----
 
 

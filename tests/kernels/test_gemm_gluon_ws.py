@@ -54,7 +54,7 @@ def compiled(request, tmp_path_factory):
 
 def test_three_partitions_with_their_register_budgets(compiled):
     _, cfg, ptx, *_ = compiled
-    fast, bn, stages, subk, group_m, c_regs, p_regs, maxnreg = ws.WS_CONFIGS[cfg]
+    fast, bn, stages, subk, group_m, c_regs, p_regs, maxnreg, _ = ws.WS_CONFIGS[cfg]
     counts = {int(n) for n in re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+);", ptx)}
     assert c_regs in counts and p_regs in counts, counts
     assert f".maxnreg {maxnreg}" in ptx
@@ -89,7 +89,7 @@ def test_shared_memory_fits(compiled):
 
 
 def test_configs_fit_an_sm():
-    for name, (fast, bn, stages, subk, group_m, c_regs, p_regs, maxnreg) in ws.WS_CONFIGS.items():
+    for name, (fast, bn, stages, subk, group_m, c_regs, p_regs, maxnreg, _) in ws.WS_CONFIGS.items():
         assert (stages * subk * (128 * 128 + bn * 128)) <= SMEM_LIMIT - 1024, name
         assert fast or (subk == 2 and bn == 128), name
         assert maxnreg * 12 * 32 <= REGS_PER_SM, name  # 3 warp groups (the producer's warp rounds up)

@@ -110,18 +110,23 @@ def test_tile_casts_are_the_launched_kernels(tiles, monkeypatch):
     assert seen == list(tiles)
 
 
+@pytest.mark.parametrize("one_read", [False, True], ids=["sweeps", "one-read"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
-def test_square_block_cast_bit_exact(dtype, monkeypatch):
-    """128x128 blocks with the transposed copy by ``_cast_square_t_kernel`` (q's codes and scales
-    transposed): ragged blocks both ways, finite and hard (NaN, inf, zero, subnormal-amax) blocks,
-    a transposed input; the launch is that kernel's (a guard against testing another path)."""
-    kernel, seen = kq._k8x._cast_square_t_kernel, []
+def test_square_block_cast_bit_exact(dtype, one_read, monkeypatch):
+    """128x128 blocks with the transposed copy by ``_cast_square_t_kernel`` (two sweeps) or
+    ``_cast_square_t_reg_kernel`` (``square_t_one_read``: the block held in registers) (q's codes
+    and scales transposed): ragged blocks both ways, finite and hard (NaN, inf, zero,
+    subnormal-amax) blocks, a transposed input; the launch is that kernel's (a guard against
+    testing another path)."""
+    name = "_cast_square_t_reg_kernel" if one_read else "_cast_square_t_kernel"
+    kernel, seen = getattr(kq._k8x, name), []
 
     class Spy:
         def __getitem__(self, grid):
             seen.append(grid)
             return kernel[grid]
-    monkeypatch.setattr(kq._k8x, "_cast_square_t_kernel", Spy())
+    monkeypatch.setattr(kq._k8x, name, Spy())
+    monkeypatch.setattr(kq.policy, "square_t_one_read", lambda: one_read)
     monkeypatch.setattr(kq.policy, "block_t_sweep_rows", lambda: 32)  # four slices a block
     recipe = Blockwise()
     check_fp8(_finite((300, 260), dtype, seed=40), recipe, "weight", transposed=True)

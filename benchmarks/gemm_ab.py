@@ -1,0 +1,100 @@
+"""Interleaved A/B timing of the warp-specialized FP8 GEMM configurations against cuBLAS (H200).
+
+    python benchmarks/gemm_ab.py --out DIR [--configs A,B,..] [--modes M1,M2] [--shapes MxNxK,..] [--rounds R]
+
+Why: on the lease machine the clock drifts within a run (the same kernel timed a minute apart moves
+by several percent), so configurations timed one after the other cannot be told apart at the 1-3%
+level. Here every round times every variant once (``do_bench`` median, ~40 ms of calls), the
+order rotating each round; a variant's figure is the median of its per-round times, and its ratio
+is the median over rounds of (anchor time / its time) in the same round, which cancels the drift.
+Anchors: cuBLAS ``torch._scaled_mm`` precise (tensorwise, rowwise), cuBLAS blockwise 1x128 x 128x128
+(``benchmarks/gemm.py``'s probe). Every Gluon variant is first checked bit for bit against the
+first configuration's output (the configurations differ in schedule only). Table last; JSON to
+DIR/gemm_ab.json.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import torch  # noqa: E402
+
+from benchmarks.common import bench_ms, env_info, guarded, parse_args, print_table, write_json  # noqa: E402
+
+CONFIGS = ("ws_s3_g16", "ws_s3_g16_eo", "ws_s3_g16_r240_eo", "ws_s3", "ws_s3_eo")
+MODES = ("tensorwise", "rowwise", "blockwise")
+SHAPES = ((8192, 8192, 8192), (16384, 14336, 4096), (4096, 4096, 4096))
+
+
+def variants(mode, a, b, configs):
+    """[(name, fn)] with the anchor first."""
+    from benchmarks.gemm import blockwise_anchor
+    from lowbit.kernels import gemm_gluon as gg
+    bf = torch.bfloat16
+    if mode == "blockwise":
+        factory, label = blockwise_anchor(a, b)
+        out = [(f"cuBLAS blockwise ({label})", factory(a, b))]
+    else:
+        out = [("cuBLAS precise", lambda: torch._scaled_mm(a._data, b._data, a._scale, b._scale, out_dtype=bf))]
+    return out + [(f"gluon {c}", lambda c=c: gg.gluon_fp8_scaled_mm(a, b, bf, config=c)) for c in configs]
+
+
+def ab_shape(rows, M, N, K, mode, configs, rounds):
+    from benchmarks.gemm_gluon import _operands
+    shape = f"{M}x{N}x{K}"
+    a, b = _operands(mode, M, N, K, seed=7)
+    vs = variants(mode, a, b, configs)
+    ref = None
+    for name, fn in vs:  # compile, and the bitwise check of the Gluon variants
+        out = fn()
+        torch.cuda.synchronize()
+        if name.startswith("gluon"):
+            if ref is None:
+                ref = out
+            else:
+                rows.append(dict(shape=shape, mode=mode, variant=f"check: {name} == {vs[1][0]} (bitwise)",
+                                 note=str(torch.equal(out, ref))))
+    times = {name: [] for name, _ in vs}
+    for r in range(rounds):
+        k = r % len(vs)
+        for name, fn in vs[k:] + vs[:k]:
+            times[name].append(bench_ms(fn, warmup=5, rep=40))
+    anchor = vs[0][0]
+    flops = 2.0 * M * N * K
+    for name, _ in vs:
+        ms = statistics.median(times[name])
+        ratio = statistics.median(ta / t for ta, t in zip(times[anchor], times[name]))
+        rows.append(dict(shape=shape, mode=mode, variant=name, ms=ms, tflops=flops / (ms * 1e-3) / 1e12,
+                         ratio=ratio, spread=(max(times[name]) - min(times[name])) / ms, rounds=rounds))
+
+
+def main():
+    def extra(p):
+        p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated gemm_gluon_ws configurations")
+        p.add_argument("--modes", default=",".join(MODES))
+        p.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
+        p.add_argument("--rounds", type=int, default=7)
+    args = parse_args(__doc__.splitlines()[0], extra)
+    info = env_info()
+    if not torch.cuda.is_available():
+        print("benchmarks/gemm_ab.py needs a CUDA GPU; none found (nothing was measured).")
+        write_json(args.out, "gemm_ab", {"env": info, "error": "no CUDA GPU"})
+        return
+    rows, t0 = [], time.time()
+    configs = [c for c in args.configs.split(",") if c]
+    for shape in args.shapes.split(","):
+        M, N, K = map(int, shape.split("x"))
+        for mode in args.modes.split(","):
+            guarded(rows, f"{shape} {mode}", lambda: ab_shape(rows, M, N, K, mode, configs, args.rounds))
+            print(f"  {shape} {mode} done ({time.time() - t0:.0f} s)", flush=True)
+    path = write_json(args.out, "gemm_ab", dict(env=info, rows=rows, wall_s=time.time() - t0))
+    print("\nenv:", {k: info.get(k) for k in ("gpu", "torch", "triton", "date")}, f"\nJSON: {path}\n")
+    print_table(rows, ["shape", "mode", "variant", "ms", "tflops", "ratio", "spread", "note", "error"])
+
+
+if __name__ == "__main__":
+    main()
