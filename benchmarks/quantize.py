@@ -326,7 +326,8 @@ def sweep_rows():
 
 def rowlocal_sweep_rows():
     """The row-local walk (``quantize_policy.rowlocal_*``) for the casts without a transposed copy:
-    "rowlocal rows ..." (rowwise e4m3), "rowlocal blocks ..." (block 1x128, mxfp8 1x32)."""
+    "rowlocal rows ..." (rowwise e4m3), "rowlocal blocks ..." (block 1x128, mxfp8 1x32), "rowlocal fp4 ..."
+    (mxfp4 1x32)."""
     T, F = (lambda: True), (lambda: False)  # noqa: E731
     out = []
     for kind, lever, vs in (("rows", "rowlocal_rows", _named("rowwise e4m3")),
@@ -347,6 +348,11 @@ def rowlocal_sweep_rows():
         out += [(f"rowlocal blocks {w}w", dict(rowlocal_blocks=T, rowlocal_elems=lambda x, w=w: 512 * w,
                                                rowlocal_programs_per_sm=lambda n, w=w: min(32, 40 // w),
                                                rowlocal_maxnreg=lambda n: None), blocks)]
+    fp4 = _named("mxfp4 1x32")
+    out += [("rowlocal fp4", dict(rowlocal_fp4=T), fp4),
+            ("rowlocal fp4 no prefetch", dict(rowlocal_fp4=T, rowlocal_prefetch=F), fp4),
+            ("rowlocal fp4 1w", dict(rowlocal_fp4=T, rowlocal_elems=lambda x: 512,
+                                     rowlocal_programs_per_sm=lambda n: 32), fp4)]
     return out
 
 

@@ -440,6 +440,20 @@ def _fp4_plan(x, recipe, role, signs):
     return nv, stochastic, block, signs
 
 
+def _fp4_rowlocal(x2, q, scale, bc: int, n_sc: int, rceil: bool):
+    """MX E2M1 with 1xBC blocks by the row-local walk (``_mx_fp4_rowblock_kernel``; the geometry of
+    ``_fp8_rowlocal``)."""
+    R, C = x2.shape
+    n_groups = R * n_sc
+    tr = max(1, min(policy.rowlocal_elems(x2) // bc, next_pow2(n_groups)))
+    n_tiles = cdiv(n_groups, tr)
+    warps = policy.rowlocal_warps(tr * bc)
+    _k4._mx_fp4_rowblock_kernel[(min(n_tiles, policy.rowlocal_programs(x2, warps)),)](
+        _arg(x2), q, scale, R, C, *x2.stride(), n_sc, n_groups, n_tiles, IN_BF16=x2.dtype == torch.bfloat16,
+        FLAT=x2.is_contiguous() and C % bc == 0, TR=tr, BC=bc, PREFETCH=policy.rowlocal_prefetch(), RCEIL=rceil,
+        enable_fp_fusion=False, num_warps=warps)
+
+
 def quantize_fp4_triton(x: torch.Tensor, recipe, role: str = "input", generator: Optional[torch.Generator] = None,
                         hadamard_signs: Optional[torch.Tensor] = None) -> Optional[FP4Tensor]:
     """Fused ``cast.quantize_fp4`` (``FP4Tensor.from_float`` after the optional Hadamard), or None.
@@ -474,10 +488,13 @@ def quantize_fp4_triton(x: torch.Tensor, recipe, role: str = "input", generator:
     n_sc = cdiv(C, block.cols)
     scale = torch.empty((cdiv(R, block.rows), n_sc), dtype=torch.uint8, device=dev)
     g = (torch.empty if nv else torch.ones)((), dtype=torch.float32, device=dev)
-    _k4._fp4_cast_kernel[(cdiv(R, tr) * cdiv(C, tc),)](
-        _arg(x2), signs_arg, u, amax, q, scale, g, R, C, *x2.stride(), n_sc, NV=nv, STOCHASTIC=stochastic,
-        RCEIL=(not nv) and recipe.scale_rule == "rceil", FAST_DIV=policy.fast_div(), BR=block.rows, BC=block.cols,
-        **common)
+    if not nv and signs is None and block.rows == 1 and block.cols >= 16 and policy.rowlocal_fp4():
+        _fp4_rowlocal(x2, q, scale, block.cols, n_sc, recipe.scale_rule == "rceil")
+    else:
+        _k4._fp4_cast_kernel[(cdiv(R, tr) * cdiv(C, tc),)](
+            _arg(x2), signs_arg, u, amax, q, scale, g, R, C, *x2.stride(), n_sc, NV=nv, STOCHASTIC=stochastic,
+            RCEIL=(not nv) and recipe.scale_rule == "rceil", FAST_DIV=policy.fast_div(), BR=block.rows, BC=block.cols,
+            **common)
     sdt = torch.float8_e4m3fn if nv else torch.float8_e8m0fnu
     return FP4Tensor(q.reshape(*x.shape[:-1], C // 2), scale.view(sdt).reshape(block.scale_shape(x.shape)), g,
                      block, "nv" if nv else "mx", False, x.dtype)

@@ -24,6 +24,7 @@ on the H200; the levers that are off are off until a sweep has shown them exact 
   rowwise, 1x128, MX 1x32): ``rowlocal_rows``, ``rowlocal_blocks`` (which kernels),
   ``rowlocal_max_cols``, ``rowlocal_elems``, ``rowlocal_warps``, ``rowlocal_prefetch``,
   ``rowlocal_finite_tiles``, ``rowlocal_maxnreg``, ``rowlocal_programs_per_sm``, ``rowlocal_fast_div``;
+  MX-FP4 1x32 the same way: ``rowlocal_fp4``;
 * the other kernels: ``tile_elems``, ``opts``, ``max_programs``, ``block_chunks``;
 * launches: ``delayed_amax_slots`` / ``current_amax_slots``: the amax kernels write one slot a
   program (read and reduced by the next kernel) instead of an atomic max into a zero-filled
@@ -282,6 +283,14 @@ def rowlocal_fast_div() -> bool:
     with ``lean_cast``) rather than ``div.rn.f32`` per element: at 8 warps the registers allow it
     (``blocks_fast_div`` is off for the 16-warp block kernel for its registers)."""
     return True
+
+
+def rowlocal_fp4() -> bool:
+    """MX E2M1 with 1xBC blocks (BC >= 16) and no Hadamard transform by the row-local walk
+    (``quantize_fp4_kernels._mx_fp4_rowblock_kernel``: the ``rowlocal_*`` geometry, prefetch)
+    instead of ``_fp4_cast_kernel`` (33.6% of copy on the H200, 16384x4096 bf16). Off until the
+    sweep ("rowlocal fp4" rows) has timed it."""
+    return False
 
 
 # ---- the casts with a transposed copy (quantize_fp8_transpose_kernels, quantize_fp8_rowwise_t_kernels) ----

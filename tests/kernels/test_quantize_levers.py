@@ -23,7 +23,7 @@ from lowbit.kernels import quantize_jit_helpers as kh
 from lowbit.scaling.delayed import DelayedScalingState
 from lowbit.scaling.recipes import MX, Blockwise, Current, Delayed, Rowwise
 from sm90 import run_script
-from test_quantize_kernels import assert_bits, assert_fp8, check_fp8, specials
+from test_quantize_kernels import assert_bits, assert_fp8, check_fp4, check_fp8, specials
 
 # name -> {quantize_policy function: replacement}; the sweep's rows and more
 LEVERS = {
@@ -55,6 +55,9 @@ LEVERS = {
     "rowlocal no finite, div.rn": dict(rowlocal_rows=lambda: True, rowlocal_blocks=lambda: True,
                                        rowlocal_finite_tiles=lambda: False, rowlocal_fast_div=lambda: False),
     "rowlocal blocks 1w": dict(rowlocal_blocks=lambda: True, rowlocal_elems=lambda x: 512),
+    "rowlocal blocks 2w, 40 regs": dict(rowlocal_blocks=lambda: True, rowlocal_elems=lambda x: 1024,
+                                        rowlocal_maxnreg=lambda w: 40),
+    "rowlocal 8192": dict(rowlocal_rows=lambda: True, rowlocal_blocks=lambda: True, rowlocal_elems=lambda x: 8192),
 }
 
 # bf16 bit patterns: -qNaN, NaNs with payloads (both signs), +-inf, +-0, +-smallest subnormal,
@@ -262,7 +265,7 @@ class _Spy:
 def _spy(monkeypatch):
     seen = []
     for mod, name in ((kq._k8g, "_cast_rowblock_kernel"), (kq._k8b, "_cast_blocks_kernel"),
-                      (kq._k8t, "_cast_rows_kernel")):
+                      (kq._k8t, "_cast_rows_kernel"), (kq._k4, "_mx_fp4_rowblock_kernel"), (kq._k4, "_fp4_cast_kernel")):
         monkeypatch.setattr(mod, name, _Spy(name, getattr(mod, name), seen))
     return seen
 
@@ -342,6 +345,32 @@ def test_rowlocal_off_and_long_rows_keep_the_old_kernels(monkeypatch):
         seen.clear()
         check_fp8(x, recipe, role)
         assert [s[0] for s in seen] == [kernel], (recipe, role, seen)
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_rowlocal_fp4_bit_exact_and_launched(prefetch, monkeypatch):
+    """rowlocal_fp4: MX E2M1 (floor and rceil, 1x32 and 1x16 blocks) by ``_mx_fp4_rowblock_kernel``,
+    bit-exact with the reference (data, E8M0 scales, global scale) for bf16 / fp16 / fp32, blocks
+    that are all NaN / inf / zero / subnormal, ragged, non-contiguous and 3-D inputs; with the
+    Hadamard transform (and for NV) ``_fp4_cast_kernel`` as before."""
+    from lowbit.scaling.hadamard import random_signs
+    from lowbit.scaling.recipes import NV
+    monkeypatch.setattr(kq.policy, "rowlocal_fp4", lambda: True)
+    monkeypatch.setattr(kq.policy, "rowlocal_prefetch", lambda: prefetch)
+    seen = _spy(monkeypatch)
+    base = _special_blocks(384, seed=60)
+    xs = [base, _special_blocks(200, torch.float16, seed=61), _special_blocks(300, torch.float32, seed=62),
+          specials_bits((10, 100), seed=63).t(), base[:, 40:340], specials_bits((2, 3, 256), seed=64),
+          specials_bits((70, 1100), seed=65)]
+    for x in xs:
+        for recipe in (MX(elem="e2m1"), MX(elem="e2m1", scale_rule="rceil"), MX(block=16, elem="e2m1")):
+            seen.clear()
+            check_fp4(x, recipe, "input")
+            assert [(s[0], s[2]["PREFETCH"]) for s in seen] == [("_mx_fp4_rowblock_kernel", prefetch)], seen
+    for args in ((MX(elem="e2m1"), "input", random_signs(3)), (NV(), "input", None)):
+        seen.clear()
+        check_fp4(base, args[0], args[1], args[2])
+        assert "_fp4_cast_kernel" in [s[0] for s in seen] and "_mx_fp4_rowblock_kernel" not in [s[0] for s in seen]
 
 
 _ROWLOCAL_SCRIPT = textwrap.dedent("""
