@@ -316,6 +316,7 @@ def sweep_rows():
              ("cvt saturates", dict(cvt_saturates=T), fp8),
              ("blocks fast div", dict(blocks_fast_div=T), blocks)]
     rows += [(f"tile {e}", dict(tile_elems=lambda x, e=e: e), blocks + _named("block 1x128 +T")) for e in (2048, 8192)]
+    rows += rowlocal_sweep_rows()
     tw = _named("delayed e4m3 +T", "current e5m2 +T")
     for (r, c), w, pre in (((64, 64), 16, False), ((32, 128), 8, False), ((32, 128), 4, True), ((64, 128), 8, True),
                            ((32, 256), 8, True), ((16, 128), 4, True), ((64, 256), 16, True), ((16, 256), 4, True)):
@@ -323,6 +324,38 @@ def sweep_rows():
                   dict(transpose_tile=lambda x, t=(r, c): t, transpose_warps=lambda e, w=w: w,
                        transpose_prefetch=lambda pre=pre: pre), tw)]
     return rows
+
+
+def rowlocal_sweep_rows():
+    """The row-local walk (``quantize_policy.rowlocal_*``) for the casts without a transposed copy:
+    "rowlocal rows ..." (rowwise e4m3), "rowlocal blocks ..." (block 1x128, mxfp8 1x32), "rowlocal fp4 ..."
+    (mxfp4 1x32)."""
+    T, F = (lambda: True), (lambda: False)  # noqa: E731
+    out = []
+    for kind, lever, vs in (("rows", "rowlocal_rows", _named("rowwise e4m3")),
+                            ("blocks", "rowlocal_blocks", _named("block 1x128", "mxfp8 1x32"))):
+        on = {lever: T}
+        out += [(f"rowlocal {kind}", on, vs),
+                (f"rowlocal {kind} no prefetch", dict(on, rowlocal_prefetch=F), vs),
+                (f"rowlocal {kind} no finite", dict(on, rowlocal_finite_tiles=F, rowlocal_maxnreg=lambda w: None), vs),
+                (f"rowlocal {kind} free regs", dict(on, rowlocal_maxnreg=lambda w: None), vs),
+                (f"rowlocal {kind} 40 regs no prefetch", dict(on, rowlocal_maxnreg=lambda w: 40, rowlocal_prefetch=F),
+                 vs),
+                (f"rowlocal {kind} div.rn", dict(on, rowlocal_fast_div=F, rowlocal_maxnreg=lambda w: None), vs),
+                (f"rowlocal {kind} 8192", dict(on, rowlocal_elems=lambda x: 8192), vs)]
+        out += [(f"rowlocal {kind} progs/SM {n}", dict(on, rowlocal_programs_per_sm=lambda w, n=n: n), vs)
+                for n in (5, 10)]
+    blocks = _named("block 1x128", "mxfp8 1x32")
+    for w in (1, 2, 4):  # small programs: the tile max by shuffles only (one warp), or fewer barriers' waits
+        out += [(f"rowlocal blocks {w}w", dict(rowlocal_blocks=T, rowlocal_elems=lambda x, w=w: 512 * w,
+                                               rowlocal_programs_per_sm=lambda n, w=w: min(32, 40 // w),
+                                               rowlocal_maxnreg=lambda n: None), blocks)]
+    fp4 = _named("mxfp4 1x32")
+    out += [("rowlocal fp4", dict(rowlocal_fp4=T), fp4),
+            ("rowlocal fp4 no prefetch", dict(rowlocal_fp4=T, rowlocal_prefetch=F), fp4),
+            ("rowlocal fp4 1w", dict(rowlocal_fp4=T, rowlocal_elems=lambda x: 512,
+                                     rowlocal_programs_per_sm=lambda n: 32), fp4)]
+    return out
 
 
 def run_sweep(args, x, small, rows, copy, t_start, save):

@@ -8,7 +8,7 @@ bf16 input of the shape (meta tensors; the launcher believes it is on an sm_90 G
 compiles each launch for ``GPUTarget("cuda", 90, 32)`` with the launcher's grid, constexprs and
 options (the JIT's specialisation: 16-byte aligned pointers, ints == 1 constant, ints % 16
 divisible), and reports per kernel: registers per thread, resident programs per SM (65536
-registers, 2048 threads, 32 warps an SM; registers allocated 8 a thread at a time), bytes of
+registers, 2048 threads, 32 warps and 32 programs an SM; registers allocated 8 a thread at a time), bytes of
 ``ld.global`` in flight per SM (vector width x loads per thread per iteration x resident threads),
 elements a thread per iteration, SASS instructions in the hottest loop per element (all; and those
 of the half-rate integer/compare/select ("alu") and the FP32/IMAD ("fma") pipes: on sm_90 an SM
@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-SM_REGS, SM_THREADS = 65536, 2048
+SM_REGS, SM_THREADS, SM_BLOCKS = 65536, 2048, 32  # per SM on sm_90: registers, threads, resident programs
 _PTR = {torch.int16: "*i16", torch.uint8: "*u8", torch.float32: "*fp32", torch.bfloat16: "*i16", torch.int32: "*i32"}
 
 
@@ -86,7 +86,7 @@ def compile_launch(kernel, args, kw):
             if a % 16 == 0:
                 attrs[(i,)] = [["tt.divisibility", 16]]
     kw = dict(kw)
-    opts = {k: kw.pop(k) for k in ("num_warps", "enable_fp_fusion", "num_stages") if k in kw}
+    opts = {k: kw.pop(k) for k in ("num_warps", "enable_fp_fusion", "num_stages", "maxnreg") if k in kw}
     sig.update(dict.fromkeys(kw, "constexpr"))
     cx.update(kw)
     return triton.compile(ASTSource(kernel, sig, constexprs=cx, attrs=attrs), target=GPUTarget("cuda", 90, 32),
@@ -155,7 +155,7 @@ def profile(name, kernel, grid, args, kw, elems_per_iter):
     warps = opts.get("num_warps", 4)
     threads = 32 * warps
     regs = int(usage["REG"])
-    resident = min(SM_REGS // (-(-regs // 8) * 8 * threads), SM_THREADS // threads)
+    resident = min(SM_REGS // (-(-regs // 8) * 8 * threads), SM_THREADS // threads, SM_BLOCKS)
     insns = instructions(sass)
     lps = loops(insns)
     lps = [lp for lp in lps if lp[2] > 16]  # not the atomics' retry loops
@@ -234,6 +234,8 @@ def elems_per_iter(kw, args, kernel):
         return kw["SUB_R"] * kw.get("TILE_C", kw.get("B", 1))
     if "BLOCK_R" in kw and "BLOCK_C" in kw:
         return kw["BLOCK_R"] * kw["BLOCK_C"]
+    if "TR" in kw and "BC" in kw:  # the row-local walk: a tile of TR groups of BC elements
+        return kw["TR"] * kw["BC"]
     if "TILE_R" in kw:
         return kw["TILE_R"] * kw["TILE_C"]
     return 1
@@ -250,13 +252,14 @@ def patch_launcher(sets):
     pol.max_programs = lambda x, elems: 132 * max(1, 256 // pol.opts(elems)["num_warps"])
     pol.stream_programs = lambda x, warps: 132 * pol.stream_programs_per_sm(warps)
     pol.current_amax_programs = lambda x, programs: max(1, programs // 4)
+    pol.rowlocal_programs = lambda x, warps: 132 * pol.rowlocal_programs_per_sm(warps)
     for s in sets:
         attr, val = s.split("=")
         assert hasattr(pol, attr), f"quantize_policy has no {attr}"
         v = eval(val)  # noqa: S307 - a developer's command line
         setattr(pol, attr, (lambda *a, v=v: v))
     launches = []
-    for modname in ("_k8t", "_k8b", "_k8x", "_k8r", "_k4"):
+    for modname in ("_k8t", "_k8b", "_k8x", "_k8r", "_k8g", "_k4"):
         mod = getattr(kq, modname)
         fake = type(modname, (), {})
         for n, v in vars(mod).items():

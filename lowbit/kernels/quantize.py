@@ -40,6 +40,7 @@ from ..dtypes.fp8_tensor import FP8Tensor
 from ..scaling.recipes import MX, NV, ROLES, Blockwise, Current, Delayed, Rowwise
 from . import quantize_fp4_kernels as _k4
 from . import quantize_fp8_block_kernels as _k8b
+from . import quantize_fp8_rowblock_kernels as _k8g
 from . import quantize_fp8_rowwise_t_kernels as _k8r
 from . import quantize_fp8_tensor_row_kernels as _k8t
 from . import quantize_fp8_transpose_kernels as _k8x
@@ -49,7 +50,8 @@ from .launch_math import cdiv, next_pow2
 
 __all__ = ["quantize_fp8_triton", "quantize_fp8_t_triton", "quantize_fp4_triton", "SCAN_SPECS"]
 
-SCAN_SPECS = _k8t.SCAN_SPECS + _k8b.SCAN_SPECS + _k8x.SCAN_SPECS + _k8r.SCAN_SPECS + _k4.SCAN_SPECS
+SCAN_SPECS = (_k8t.SCAN_SPECS + _k8b.SCAN_SPECS + _k8x.SCAN_SPECS + _k8r.SCAN_SPECS + _k8g.SCAN_SPECS
+              + _k4.SCAN_SPECS)
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _IN_KIND = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
@@ -213,6 +215,11 @@ def _fp8_rowwise(x2, q2, qt, transposed, common):
     and column amax by the atomic amax kernel, then ``_cast_rowwise_kernel``.
     Returns (row scales, column scales)."""
     R, C = x2.shape
+    if not transposed and policy.rowlocal_rows() and next_pow2(C) <= policy.rowlocal_max_cols():
+        scale = _fp32(x2, R)
+        _fp8_rowlocal(x2, q2, scale, next_pow2(C), 1, dict(common, MX=False, RCEIL=False, ELEM_EMAX=0,
+                                                           LOG2_FMAX=0))
+        return scale, scale
     if not transposed:
         bc = min(1024, next_pow2(C))
         br = max(1, min(policy.stream_elems(x2) // bc, next_pow2(R)))
@@ -242,6 +249,27 @@ def _fp8_rowwise(x2, q2, qt, transposed, common):
         _arg(x2), row_amax, col_amax, q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), WRITE_T=True,
         BLOCK_R=br, BLOCK_C=bc, **dict(common, LEAN=False), **dict(policy.opts(br * bc), num_warps=8))
     return scale, st
+
+
+def _fp8_rowlocal(x2, q2, scale, bc: int, n_sc: int, common):
+    """The row-local walk (``quantize_fp8_rowblock_kernels``): groups of ``bc`` elements, ``n_sc``
+    a row (rowwise: one, ``bc >= C``), ``scale[g]`` for group g; tiles of ``rowlocal_elems``."""
+    R, C = x2.shape
+    n_groups = R * n_sc
+    tr = max(1, min(policy.rowlocal_elems(x2) // bc, next_pow2(n_groups)))
+    n_tiles = cdiv(n_groups, tr)
+    warps = policy.rowlocal_warps(tr * bc)
+    flat = x2.is_contiguous() and q2.is_contiguous() and C % bc == 0
+    common = dict(common, FAST_DIV=policy.rowlocal_fast_div())
+    _k8g._cast_rowblock_kernel[(min(n_tiles, policy.rowlocal_programs(x2, warps)),)](
+        _arg(x2), q2, scale, R, C, *x2.stride(), *q2.stride(), n_sc, n_groups, n_tiles, FLAT=flat, TR=tr, BC=bc,
+        PREFETCH=policy.rowlocal_prefetch(), FINITE=policy.rowlocal_finite_tiles(), **common, enable_fp_fusion=False,
+        num_warps=warps, **_maxnreg(policy.rowlocal_maxnreg(warps)))
+
+
+def _maxnreg(n) -> dict:
+    """The ``maxnreg`` launch option (registers a thread at most), or nothing."""
+    return {} if n is None else dict(maxnreg=n)
 
 
 def _fp8_rowwise_t_tiles(x2, q2, qt, common):
@@ -327,6 +355,13 @@ def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
     if transposed and not mx and block.rows == block.cols == tblock.rows == tblock.cols > 1 \
             and _pow2_block(block.rows) and policy.square_t_kernel():
         return _fp8_square_t(x2, q2, qt, block.rows, common)
+    sdt = torch.uint8 if mx else torch.float32  # MX: E8M0 codes
+    if not transposed and block.rows == 1 and block.cols >= 16 and policy.rowlocal_blocks():
+        scale = torch.empty((R, cdiv(C, block.cols)), dtype=sdt, device=x2.device)
+        _fp8_rowlocal(x2, q2, scale, block.cols, cdiv(C, block.cols),
+                      dict(common, MX=mx, RCEIL=mx and recipe.scale_rule == "rceil", ELEM_EMAX=fmt.emax,
+                           LOG2_FMAX=math.frexp(fmt.max)[1] - 1))
+        return (scale.view(torch.float8_e8m0fnu),) * 2 if mx else (scale, scale)
     common = dict(common, FAST_DIV=policy.blocks_fast_div())
     heights = {block.rows, tblock.rows if transposed else 1}
     elems = policy.tile_elems(x2)
@@ -336,7 +371,6 @@ def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
     tr = max(max(heights), chunk)
     if tr == chunk:  # no tall blocks: a program may take several chunks
         tr = chunk * max(1, min(policy.block_chunks(), cdiv(R, chunk)))
-    sdt = torch.uint8 if mx else torch.float32  # MX: E8M0 codes
     n_sc, n_stc = cdiv(C, block.cols), cdiv(R, tblock.rows)
     scale = torch.empty((cdiv(R, block.rows), n_sc), dtype=sdt, device=x2.device)
     st = torch.empty((cdiv(C, tblock.cols), n_stc), dtype=sdt, device=x2.device) if transposed else scale
@@ -413,6 +447,20 @@ def _fp4_plan(x, recipe, role, signs):
     return nv, stochastic, block, signs
 
 
+def _fp4_rowlocal(x2, q, scale, bc: int, n_sc: int, rceil: bool):
+    """MX E2M1 with 1xBC blocks by the row-local walk (``_mx_fp4_rowblock_kernel``; the geometry of
+    ``_fp8_rowlocal``)."""
+    R, C = x2.shape
+    n_groups = R * n_sc
+    tr = max(1, min(policy.rowlocal_elems(x2) // bc, next_pow2(n_groups)))
+    n_tiles = cdiv(n_groups, tr)
+    warps = policy.rowlocal_warps(tr * bc)
+    _k4._mx_fp4_rowblock_kernel[(min(n_tiles, policy.rowlocal_programs(x2, warps)),)](
+        _arg(x2), q, scale, R, C, *x2.stride(), n_sc, n_groups, n_tiles, IN_BF16=x2.dtype == torch.bfloat16,
+        FLAT=x2.is_contiguous() and C % bc == 0, TR=tr, BC=bc, PREFETCH=policy.rowlocal_prefetch(), RCEIL=rceil,
+        enable_fp_fusion=False, num_warps=warps)
+
+
 def quantize_fp4_triton(x: torch.Tensor, recipe, role: str = "input", generator: Optional[torch.Generator] = None,
                         hadamard_signs: Optional[torch.Tensor] = None) -> Optional[FP4Tensor]:
     """Fused ``cast.quantize_fp4`` (``FP4Tensor.from_float`` after the optional Hadamard), or None.
@@ -447,10 +495,13 @@ def quantize_fp4_triton(x: torch.Tensor, recipe, role: str = "input", generator:
     n_sc = cdiv(C, block.cols)
     scale = torch.empty((cdiv(R, block.rows), n_sc), dtype=torch.uint8, device=dev)
     g = (torch.empty if nv else torch.ones)((), dtype=torch.float32, device=dev)
-    _k4._fp4_cast_kernel[(cdiv(R, tr) * cdiv(C, tc),)](
-        _arg(x2), signs_arg, u, amax, q, scale, g, R, C, *x2.stride(), n_sc, NV=nv, STOCHASTIC=stochastic,
-        RCEIL=(not nv) and recipe.scale_rule == "rceil", FAST_DIV=policy.fast_div(), BR=block.rows, BC=block.cols,
-        **common)
+    if not nv and signs is None and block.rows == 1 and block.cols >= 16 and policy.rowlocal_fp4():
+        _fp4_rowlocal(x2, q, scale, block.cols, n_sc, recipe.scale_rule == "rceil")
+    else:
+        _k4._fp4_cast_kernel[(cdiv(R, tr) * cdiv(C, tc),)](
+            _arg(x2), signs_arg, u, amax, q, scale, g, R, C, *x2.stride(), n_sc, NV=nv, STOCHASTIC=stochastic,
+            RCEIL=(not nv) and recipe.scale_rule == "rceil", FAST_DIV=policy.fast_div(), BR=block.rows, BC=block.cols,
+            **common)
     sdt = torch.float8_e4m3fn if nv else torch.float8_e8m0fnu
     return FP4Tensor(q.reshape(*x.shape[:-1], C // 2), scale.view(sdt).reshape(block.scale_shape(x.shape)), g,
                      block, "nv" if nv else "mx", False, x.dtype)

@@ -19,13 +19,16 @@ transform); the math is the reference's:
   element 2i in the low nibble.
 
 Two passes for NV (the tensor amax: quantize_fp8_tensor_row_kernels' flat ``_amax_kernel``, or
-``_nv_amax_kernel`` with the Hadamard transform; then ``_fp4_cast_kernel``); one for MX.
+``_nv_amax_kernel`` with the Hadamard transform; then ``_fp4_cast_kernel``); one for MX
+(``_fp4_cast_kernel``, or without the Hadamard transform ``_mx_fp4_rowblock_kernel``, the
+row-local walk of ``quantize_fp8_rowblock_kernels``: ``quantize_policy.rowlocal_fp4``).
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
+from .quantize_fp8_rowblock_kernels import _group_offsets
 from .quantize_jit_helpers import _block_expand, _block_max, _div_parts, _div_rn, _finite_abs, _grid_round, \
     _load_f32, _mx_exponent, _pow2, scan_spec
 
@@ -144,6 +147,57 @@ def _fp4_cast_kernel(x_ptr, signs_ptr, u_ptr, amax_ptr, q_ptr, s_ptr, g_ptr, R, 
              mask=q_mask)
 
 
+@triton.jit
+def _e2m1_packed(y, TR: tl.constexpr, BC: tl.constexpr):
+    """uint8 (TR, BC // 2): E2M1 codes of y (RNE of ``min(|y|, 6)``, sign bit 8; NaN -> 0), two a
+    byte, element 2i in the low nibble."""
+    a = tl.where(y == y, tl.minimum(tl.abs(y), 6.0), 0.0)
+    code, _ = _grid_round(a, a, 0, 1, False)
+    code = tl.where(y == y, code | (((y.to(tl.int32, bitcast=True) >> 31) & 1) << 3), 0)
+    lo, hi = tl.split(tl.reshape(code, (TR, BC // 2, 2)))
+    return (lo | (hi << 4)).to(tl.uint8)
+
+
+@triton.jit
+def _mx_fp4_rowblock_kernel(x_ptr, q_ptr, s_ptr, R, C, sxr, sxc, n_sc, n_groups, n_tiles,
+                            IN_BF16: tl.constexpr, FLAT: tl.constexpr, TR: tl.constexpr, BC: tl.constexpr,
+                            PREFETCH: tl.constexpr, RCEIL: tl.constexpr):
+    """MX E2M1 with 1xBC blocks (no Hadamard transform) by the row-local walk: tiles of TR blocks
+    (``quantize_fp8_rowblock_kernels._group_offsets``; q is (R, C / 2), contiguous), per block the
+    finite amax ``max |fma(x, 0, x)|`` (inf and NaN -> NaN, ignored by the hardware max; a block
+    with no finite element reduces to NaN: k = 0, as for amax 0), the NaN flag from the integer
+    max of the sign-cleared bits, ``k = _mx_exponent(amax)``, scale code ``k + 127`` (0xFF and
+    codes 0 for a block holding NaN), the codes of ``x * 2^-k``. ``PREFETCH``: tile t + programs
+    is loaded before tile t is worked on."""
+    pid = tl.program_id(0)
+    step = tl.num_programs(0)
+    if PREFETCH:
+        _, xo, _, mask = _group_offsets(pid, R, C, sxr, sxc, 0, 0, n_sc, n_groups, FLAT, TR, BC)
+        x_next = _load_f32(x_ptr + xo, mask, IN_BF16)
+    else:
+        x_next = 0.0
+    for t in range(pid, n_tiles, step):
+        g, xo, _, mask = _group_offsets(t, R, C, sxr, sxc, 0, 0, n_sc, n_groups, FLAT, TR, BC)
+        if PREFETCH:
+            x = x_next
+            _, xo_n, _, mask_n = _group_offsets(t + step, R, C, sxr, sxc, 0, 0, n_sc, n_groups, FLAT, TR, BC)
+            x_next = _load_f32(x_ptr + xo_n, mask_n, IN_BF16)
+        else:
+            x = _load_f32(x_ptr + xo, mask, IN_BF16)
+        has_nan = tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=1) > 0x7F800000
+        k = _mx_exponent(tl.max(tl.abs(tl.fma(x, 0.0, x)), axis=1), RCEIL, 2, 6.0, 2)
+        tl.store(s_ptr + g[:, None], tl.where(has_nan, 255, k + 127).to(tl.uint8)[:, None],
+                 mask=(g < n_groups)[:, None])
+        q = _e2m1_packed(x * tl.where(has_nan, float("nan"), _pow2(-k))[:, None], TR, BC)
+        c2 = tl.arange(0, BC // 2)[None, :]
+        if FLAT:  # group g's bytes: [g BC / 2, (g + 1) BC / 2)
+            tl.store(q_ptr + g[:, None].to(tl.int64) * (BC // 2) + c2, q, mask=(g < n_groups)[:, None] & (c2 >= 0))
+        else:  # row g // n_sc, bytes (g % n_sc) BC / 2 + c of that row
+            r = g // n_sc
+            c2 = (g - r * n_sc)[:, None] * (BC // 2) + c2
+            tl.store(q_ptr + r[:, None].to(tl.int64) * (C // 2) + c2, q, mask=(r < R)[:, None] & (c2 < C // 2))
+
+
 # ---- representative sm_90 compile configurations (the GPU launches; scanned by lowbit.fma_guard) --------
 
 _XS = {"x_ptr": "*i16", "signs_ptr": "*fp32"}
@@ -157,4 +211,8 @@ SCAN_SPECS = (
                "n_sc": "i32"},
               dict(IN_KIND=1, HADAMARD=True, NV=True, STOCHASTIC=True, RCEIL=False, FAST_DIV=True, BR=1, BC=16,
                    TILE_R=32, TILE_C=128)),
+    scan_spec(_mx_fp4_rowblock_kernel,
+              {"x_ptr": "*i16", "q_ptr": "*u8", "s_ptr": "*u8",
+               **dict.fromkeys(("R", "C", "sxr", "sxc", "n_sc", "n_groups", "n_tiles"), "i32")},
+              dict(IN_BF16=True, FLAT=True, TR=128, BC=32, PREFETCH=True, RCEIL=False), num_warps=8),
 )

@@ -20,6 +20,11 @@ on the H200; the levers that are off are off until a sweep has shown them exact 
   ``quantize_fp8_rowwise_t_kernels``): ``rowwise_t_tiles``, ``block_t_tiles``, ``square_t_kernel``
   (which kernels), ``block_t_tile``, ``block_t_sweep_rows``, ``block_t_sweep_prefetch``,
   ``rowwise_t_sweep_rows``, ``rowwise_t_amax_tile``, ``t_sweep_warps``;
+* the row-local walk of the casts without a transposed copy (``quantize_fp8_rowblock_kernels``:
+  rowwise, 1x128, MX 1x32): ``rowlocal_rows``, ``rowlocal_blocks`` (which kernels),
+  ``rowlocal_max_cols``, ``rowlocal_elems``, ``rowlocal_warps``, ``rowlocal_prefetch``,
+  ``rowlocal_finite_tiles``, ``rowlocal_maxnreg``, ``rowlocal_programs_per_sm``, ``rowlocal_fast_div``;
+  MX-FP4 1x32 the same way: ``rowlocal_fp4``;
 * the other kernels: ``tile_elems``, ``opts``, ``max_programs``, ``block_chunks``;
 * launches: ``delayed_amax_slots`` / ``current_amax_slots``: the amax kernels write one slot a
   program (read and reduced by the next kernel) instead of an atomic max into a zero-filled
@@ -197,6 +202,95 @@ def block_chunks() -> int:
     4 gave MX-FP8 1x32 0.0975 ms and block 1x128 0.122 ms, bit-exact; in session 4 with the lean
     encode, 0.0732 / 0.0987 ms against 0.0918 / 0.105 with one chunk (kernel time)."""
     return 4
+
+
+# ---- the row-local casts without a transposed copy (quantize_fp8_rowblock_kernels) ----------------
+
+def rowlocal_rows() -> bool:
+    """Rowwise without the transposed copy by the row-local walk (``_cast_rowblock_kernel``: a row
+    held whole by one program, loaded once, its max through shared memory, grid-stride with
+    ``rowlocal_prefetch``) instead of ``_cast_rows_kernel`` (two loops over a 4-row block, the
+    second from L2: 62% of copy on the H200, 16384x4096 bf16). Off until the sweep ("rowlocal
+    rows" rows) has timed it; rows longer than ``rowlocal_max_cols`` keep ``_cast_rows_kernel``."""
+    return False
+
+
+def rowlocal_blocks() -> bool:
+    """1xBC blocks without the transposed copy (Blockwise 1x128, MX 1x32; BC >= 16) by the
+    row-local walk (a block in a few lanes of one warp: its max by shuffles, no shared memory)
+    instead of ``_cast_blocks_kernel`` (49% / 66% of copy on the H200, 16384x4096 bf16). Off
+    until the sweep ("rowlocal blocks" rows) has timed it."""
+    return False
+
+
+def rowlocal_max_cols() -> int:
+    """Longest row (next power of two of C) the row-local rowwise cast holds in one tile: 8192
+    (16 elements a thread at 16 warps, ``rowlocal_warps``)."""
+    return 8192
+
+
+def rowlocal_elems(x) -> int:
+    """Elements of a row-local tile (at least one group): ``tile_elems``."""
+    return tile_elems(x)
+
+
+def rowlocal_warps(elems: int) -> int:
+    """Warps of a row-local tile: 16 elements a thread (two 16-byte loads of bf16, one 16-byte
+    store of codes), 1 to 16 warps: 8 at 4096 elements."""
+    return min(16, max(1, elems // 512))
+
+
+def rowlocal_prefetch() -> bool:
+    """The row-local walk loads tile t + programs before reducing and casting tile t."""
+    return True
+
+
+def rowlocal_programs_per_sm(num_warps: int) -> int:
+    """Grid-stride programs of the row-local walk per SM: 256 warps' worth, as the flat walks."""
+    return max(1, 256 // num_warps)
+
+
+def rowlocal_finite_tiles() -> bool:
+    """A row-local tile whose every element is finite (seen from the integer max of the
+    sign-cleared bits, which the group max needs anyway; one reduction across the program) takes
+    the amax from those bits and the finite encode (``min(|x / s|, fmax)`` with x's sign, no NaN
+    or inf handling, as the transpose sweeps' ``_codes_finite``); other tiles the general one.
+    sm_90 (triton 3.6, 16384x4096 bf16, 8 warps, prefetch, 48 registers): SASS instructions an
+    element on the finite path 18.9 (rowwise), 20.2 (1x128), 12.1 (MX 1x32), against 22-23, 21.8
+    and 13.6 for the general encode alone."""
+    return True
+
+
+def rowlocal_maxnreg(num_warps: int):
+    """Registers a thread at most of the row-local kernel (the ``maxnreg`` launch option; None:
+    the compiler's choice): 48, i.e. 5 resident 8-warp programs an SM instead of 4. The rare
+    non-finite path (``rowlocal_finite_tiles``) and the prefetched tile take the kernel to 63-64
+    registers; capped at 48 the three casts spill nothing (sm_90, triton 3.6, 16384x4096 bf16,
+    benchmarks/quantize_sass.py); at 40, prefetch on, they spill (16 bytes)."""
+    return 48
+
+
+def rowlocal_programs(x, num_warps: int) -> int:
+    """Grid-stride programs of the row-local walk: ``rowlocal_programs_per_sm`` per SM on the GPU;
+    3 under the interpreter (the loops run more than once)."""
+    if x.device.type == "cuda":
+        return sms(x) * rowlocal_programs_per_sm(num_warps)
+    return 3
+
+
+def rowlocal_fast_div() -> bool:
+    """The row-local rowwise / 1x128 casts divide by ``_div_rn``'s exact reciprocal (lean path
+    with ``lean_cast``) rather than ``div.rn.f32`` per element: at 8 warps the registers allow it
+    (``blocks_fast_div`` is off for the 16-warp block kernel for its registers)."""
+    return True
+
+
+def rowlocal_fp4() -> bool:
+    """MX E2M1 with 1xBC blocks (BC >= 16) and no Hadamard transform by the row-local walk
+    (``quantize_fp4_kernels._mx_fp4_rowblock_kernel``: the ``rowlocal_*`` geometry, prefetch)
+    instead of ``_fp4_cast_kernel`` (33.6% of copy on the H200, 16384x4096 bf16). Off until the
+    sweep ("rowlocal fp4" rows) has timed it."""
+    return False
 
 
 # ---- the casts with a transposed copy (quantize_fp8_transpose_kernels, quantize_fp8_rowwise_t_kernels) ----

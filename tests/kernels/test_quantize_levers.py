@@ -23,7 +23,7 @@ from lowbit.kernels import quantize_jit_helpers as kh
 from lowbit.scaling.delayed import DelayedScalingState
 from lowbit.scaling.recipes import MX, Blockwise, Current, Delayed, Rowwise
 from sm90 import run_script
-from test_quantize_kernels import assert_bits, assert_fp8, check_fp8, specials
+from test_quantize_kernels import assert_bits, assert_fp8, check_fp4, check_fp8, specials
 
 # name -> {quantize_policy function: replacement}; the sweep's rows and more
 LEVERS = {
@@ -43,6 +43,21 @@ LEVERS = {
     "block chunks 8, lean": dict(block_chunks=lambda: 8, lean_cast=lambda: True),
     "transpose 32x64 prefetch": dict(transpose_tile=lambda x: (32, 64), transpose_prefetch=lambda: True),
     "transpose 64x32, 2 warps": dict(transpose_tile=lambda x: (64, 32), transpose_warps=lambda e: 2),
+    "rowlocal": dict(rowlocal_rows=lambda: True, rowlocal_blocks=lambda: True),
+    "rowlocal no prefetch": dict(rowlocal_rows=lambda: True, rowlocal_blocks=lambda: True,
+                                 rowlocal_prefetch=lambda: False),
+    "rowlocal div.rn, plain encode": dict(rowlocal_rows=lambda: True, rowlocal_blocks=lambda: True,
+                                          rowlocal_fast_div=lambda: False, lean_cast=lambda: False),
+    "rowlocal 1024, one program": dict(rowlocal_rows=lambda: True, rowlocal_blocks=lambda: True,
+                                       rowlocal_elems=lambda x: 1024, rowlocal_programs=lambda x, w: 1),
+    "rowlocal no finite, free regs": dict(rowlocal_rows=lambda: True, rowlocal_blocks=lambda: True,
+                                          rowlocal_finite_tiles=lambda: False, rowlocal_maxnreg=lambda w: None),
+    "rowlocal no finite, div.rn": dict(rowlocal_rows=lambda: True, rowlocal_blocks=lambda: True,
+                                       rowlocal_finite_tiles=lambda: False, rowlocal_fast_div=lambda: False),
+    "rowlocal blocks 1w": dict(rowlocal_blocks=lambda: True, rowlocal_elems=lambda x: 512),
+    "rowlocal blocks 2w, 40 regs": dict(rowlocal_blocks=lambda: True, rowlocal_elems=lambda x: 1024,
+                                        rowlocal_maxnreg=lambda w: 40),
+    "rowlocal 8192": dict(rowlocal_rows=lambda: True, rowlocal_blocks=lambda: True, rowlocal_elems=lambda x: 8192),
 }
 
 # bf16 bit patterns: -qNaN, NaNs with payloads (both signs), +-inf, +-0, +-smallest subnormal,
@@ -230,3 +245,157 @@ def test_sm90_lean_cast_ptx():
         assert "cvt.rn.satfinite.e4m3x2.f32" in ptx
     assert "min.NaN.f32" in ptx_hw3 and "min.NaN.f32" not in ptx_hw1
     assert "setp.nan.f32" in ptx_hw1 or "setp.num.f32" in ptx_hw1 or "setp.neu.f32" in ptx_hw1
+
+
+# ---- the row-local walk (quantize_fp8_rowblock_kernels) ------------------------------------------
+
+class _Spy:
+    """A kernel that records its launches (name, grid, constexprs) and runs them."""
+
+    def __init__(self, name, kernel, seen):
+        self.name, self.kernel, self.seen = name, kernel, seen
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            self.seen.append((self.name, grid, kw))
+            return self.kernel[grid](*args, **kw)
+        return launch
+
+
+def _spy(monkeypatch):
+    seen = []
+    for mod, name in ((kq._k8g, "_cast_rowblock_kernel"), (kq._k8b, "_cast_blocks_kernel"),
+                      (kq._k8t, "_cast_rows_kernel"), (kq._k4, "_mx_fp4_rowblock_kernel"), (kq._k4, "_fp4_cast_kernel")):
+        monkeypatch.setattr(mod, name, _Spy(name, getattr(mod, name), seen))
+    return seen
+
+
+def _special_blocks(C, dtype=torch.bfloat16, seed=0):
+    """Rows of ``specials_bits`` with whole 32-element runs (so whole MX, 1x32 and 1x128 blocks, and
+    for rowwise whole rows) that are all NaN, all +-inf, NaN and inf mixed, all +-0, all bf16
+    subnormals, one NaN among small values, inf among normal values, and the saturation edges."""
+    x = specials_bits((9, C), torch.float32, seed=seed)
+    sub = (torch.arange(1, 33, dtype=torch.int32) << 16).view(torch.float32)  # bf16 subnormals, exact
+    runs = (torch.full((32,), float("nan")), torch.full((32,), -float("inf")),
+            torch.tensor([float("nan"), float("inf")] * 16), torch.zeros(32), -torch.zeros(32), sub,
+            torch.cat([torch.full((31,), 1e-3), torch.tensor([float("nan")])]))
+    for i, run in enumerate(runs):
+        x[i % 9, (i * 32) % (C - 31):(i * 32) % (C - 31) + 32] = run
+    x[7] = torch.where(torch.arange(C) % 5 == 0, float("inf"), x[7])
+    x[8] = torch.tensor([448.0, -448.0, 464.0, 57344.0, -61440.0, 1e-38, 2.0 ** -140, 3.0e38])[torch.arange(C) % 8]
+    x = x.to(dtype)
+    if dtype == torch.float32:  # the NaNs next to +-inf: payload 1, either sign
+        x.view(torch.int32)[4, 3], x.view(torch.int32)[5, C - 2] = 0x7F800001, -0x7FFFFF  # 0xFF800001
+    return x
+
+
+_ROWLOCAL_RECIPES = ((Rowwise(), "input"), (Rowwise(), "grad"), (Blockwise(), "input"),
+                     (Blockwise(act=(1, 32)), "grad"), (MX(), "input"), (MX(elem="e5m2", scale_rule="rceil"), "grad"),
+                     (MX(scale_rule="rceil"), "input"), (MX(elem="e5m2"), "grad"))
+
+
+@pytest.mark.parametrize("prefetch, finite", [(True, True), (False, True), (True, False)])
+def test_rowlocal_bit_exact_and_launched(prefetch, finite, monkeypatch):
+    """rowlocal_rows / rowlocal_blocks: the row-local kernel (and no other cast) launched for
+    rowwise, 1x128, 1x32 and MX blocks, bit-exact with the reference for bf16 / fp16 / fp32, E4M3
+    and E5M2, MX floor and rceil, ragged shapes (C not a multiple of the block, nor of 16), blocks
+    that are all NaN / inf / zero / subnormal, non-contiguous and 3-D inputs; one program or several,
+    several tiles a program."""
+    monkeypatch.setattr(kq.policy, "rowlocal_rows", lambda: True)
+    monkeypatch.setattr(kq.policy, "rowlocal_blocks", lambda: True)
+    monkeypatch.setattr(kq.policy, "rowlocal_prefetch", lambda: prefetch)
+    monkeypatch.setattr(kq.policy, "rowlocal_finite_tiles", lambda: finite)
+    seen = _spy(monkeypatch)
+    base = _special_blocks(384, seed=50)
+    xs = [base, _special_blocks(200, torch.float16, seed=51), _special_blocks(300, torch.float32, seed=52),
+          _special_blocks(100, seed=53).t(), base[:, 40:340], specials_bits((2, 3, 256), seed=54),
+          specials_bits((70, 1100), seed=55), torch.randn(40, 256).to(torch.bfloat16)]  # the last: finite tiles
+    for x in xs:
+        for recipe, role in _ROWLOCAL_RECIPES:
+            seen.clear()
+            check_fp8(x, recipe, role)
+            assert [s[0] for s in seen] == ["_cast_rowblock_kernel"], (x.shape, recipe, seen)
+            assert seen[0][2]["PREFETCH"] == prefetch and seen[0][2]["FINITE"] == finite
+            assert seen[0][2]["maxnreg"] == kq.policy.rowlocal_maxnreg(seen[0][2]["num_warps"])
+    flat = {}
+    for x, flat_expected in ((base, True), (base[:, 40:340], False)):
+        seen.clear()
+        check_fp8(x, Blockwise(), "input")
+        assert seen[0][2]["FLAT"] == flat_expected and seen[0][2]["BC"] == 128, seen
+        flat[flat_expected] = seen[0][2]
+    assert flat[True]["TR"] == 32 and flat[True]["MX"] is False  # 27 groups: one tile, clipped to 32 groups
+
+
+def test_rowlocal_off_and_long_rows_keep_the_old_kernels(monkeypatch):
+    """Defaults: the block and row kernels; rows longer than ``rowlocal_max_cols`` keep
+    ``_cast_rows_kernel``; 2-D blocks and blocks narrower than 16 keep ``_cast_blocks_kernel``."""
+    seen = _spy(monkeypatch)
+    assert not kq.policy.rowlocal_rows() and not kq.policy.rowlocal_blocks()
+    x = specials_bits((20, 256), seed=56)
+    for recipe, kernel in ((Rowwise(), "_cast_rows_kernel"), (Blockwise(), "_cast_blocks_kernel"),
+                           (MX(), "_cast_blocks_kernel")):
+        seen.clear()
+        check_fp8(x, recipe, "input")
+        assert [s[0] for s in seen] == [kernel]
+    monkeypatch.setattr(kq.policy, "rowlocal_rows", lambda: True)
+    monkeypatch.setattr(kq.policy, "rowlocal_blocks", lambda: True)
+    monkeypatch.setattr(kq.policy, "rowlocal_max_cols", lambda: 128)
+    for recipe, role, kernel in ((Rowwise(), "input", "_cast_rows_kernel"), (Blockwise(), "weight", "_cast_blocks_kernel"),
+                                 (Blockwise(act=(1, 8)), "input", "_cast_blocks_kernel")):
+        seen.clear()
+        check_fp8(x, recipe, role)
+        assert [s[0] for s in seen] == [kernel], (recipe, role, seen)
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_rowlocal_fp4_bit_exact_and_launched(prefetch, monkeypatch):
+    """rowlocal_fp4: MX E2M1 (floor and rceil, 1x32 and 1x16 blocks) by ``_mx_fp4_rowblock_kernel``,
+    bit-exact with the reference (data, E8M0 scales, global scale) for bf16 / fp16 / fp32, blocks
+    that are all NaN / inf / zero / subnormal, ragged, non-contiguous and 3-D inputs; with the
+    Hadamard transform (and for NV) ``_fp4_cast_kernel`` as before."""
+    from lowbit.scaling.hadamard import random_signs
+    from lowbit.scaling.recipes import NV
+    monkeypatch.setattr(kq.policy, "rowlocal_fp4", lambda: True)
+    monkeypatch.setattr(kq.policy, "rowlocal_prefetch", lambda: prefetch)
+    seen = _spy(monkeypatch)
+    base = _special_blocks(384, seed=60)
+    xs = [base, _special_blocks(200, torch.float16, seed=61), _special_blocks(300, torch.float32, seed=62),
+          specials_bits((10, 100), seed=63).t(), base[:, 40:340], specials_bits((2, 3, 256), seed=64),
+          specials_bits((70, 1100), seed=65)]
+    for x in xs:
+        for recipe in (MX(elem="e2m1"), MX(elem="e2m1", scale_rule="rceil"), MX(block=16, elem="e2m1")):
+            seen.clear()
+            check_fp4(x, recipe, "input")
+            assert [(s[0], s[2]["PREFETCH"]) for s in seen] == [("_mx_fp4_rowblock_kernel", prefetch)], seen
+    for args in ((MX(elem="e2m1"), "input", random_signs(3)), (NV(), "input", None)):
+        seen.clear()
+        check_fp4(base, args[0], args[1], args[2])
+        assert "_fp4_cast_kernel" in [s[0] for s in seen] and "_mx_fp4_rowblock_kernel" not in [s[0] for s in seen]
+
+
+_ROWLOCAL_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from benchmarks.quantize_sass import profile_rows
+    print(json.dumps(profile_rows(["rowwise e4m3", "block 1x128", "mxfp8 1x32"], (16384, 4096),
+                                  ["rowlocal_rows=True", "rowlocal_blocks=True"] + json.loads(sys.argv[1]))))
+""")
+
+
+@pytest.mark.parametrize("sets", [[], ["rowlocal_prefetch=False"], ["rowlocal_maxnreg=None"]])
+def test_sm90_rowlocal_geometry(sets):
+    """The row-local casts as launched for a 16384x4096 bf16 input on an H200 (compiled for sm_90,
+    benchmarks/quantize_sass.py): 8 warps, 16 elements a thread, 16-byte loads and 16-byte code
+    stores, the load of the next tile issued ahead with ``rowlocal_prefetch``, the ``maxnreg``
+    cap honoured (5 programs an SM); no spills without the cap (with it: none with triton 3.6,
+    16 bytes for 1x128 with 3.9)."""
+    import json
+    rows = run_script(_ROWLOCAL_SCRIPT, json.dumps(sets))
+    assert [r["kernel"] for r in rows] == ["_cast_rowblock_kernel"] * 3, rows
+    for r in rows:
+        assert r["warps"] == 8 and r["elems_thread"] == 16, r
+        assert r["ld_widths"] == [16] and 16 in r["st_widths"] and r["ptx_st_v4"], r
+        assert r["ahead"] == ("rowlocal_prefetch=False" not in sets), r
+        if sets == ["rowlocal_maxnreg=None"]:
+            assert r["stack"] == 0, r
+        else:
+            assert r["regs"] <= 48 and r["resident"] >= 5, r
