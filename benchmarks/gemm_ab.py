@@ -25,7 +25,7 @@ import torch  # noqa: E402
 
 from benchmarks.common import bench_ms, env_info, guarded, parse_args, print_table, write_json  # noqa: E402
 
-CONFIGS = ("ws_s3_g16", "ws_s3_g16_eo", "ws_s3_g16_r240_eo", "ws_s3", "ws_s3_eo")
+CONFIGS = ("ws_s3_g16", "ws_s3_g16_eo", "ws_s3")
 MODES = ("tensorwise", "rowwise", "blockwise")
 SHAPES = ((8192, 8192, 8192), (16384, 14336, 4096), (4096, 4096, 4096))
 

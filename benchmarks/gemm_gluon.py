@@ -48,7 +48,7 @@ CHECKS = [  # (M, N, K, out dtype, bias); the first two also run for the non-def
     (64, 512, 256, "bfloat16", False),
 ]
 LITE = 2
-BENCH_CONFIGS = ("ws_s3", "ws_s3_g16", "wsfast_n256_s4", "k2_n128_s3_u2")  # default list; --configs for others
+BENCH_CONFIGS = ("ws_s3", "ws_s3_g16", "ws_s3_g16_eo", "wsfast_n256_s4", "k2_n128_s3_u2")  # default list; --configs for others
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (16384, 14336, 4096), (2048, 4096, 4096), (128, 8192, 8192),
           (16, 8192, 8192)]
 CASE_TIMEOUT = 90.0      # per check case / timed variant (the first includes compiling)

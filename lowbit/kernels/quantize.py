@@ -325,13 +325,13 @@ def _fp8_block_t_tiles(x2, q2, qt, block, common):
 
 def _fp8_square_t(x2, q2, qt, b, common):
     """BxB blocks with the transposed copy (its blocks are q's): a block a program
-    (``quantize_fp8_transpose_kernels._cast_square_t_kernel``, two sweeps of slices, or with
-    ``square_t_one_read`` ``_cast_square_t_reg_kernel``, the block held in registers). Returns
-    both scales."""
+    (``quantize_fp8_transpose_kernels._cast_square_t_reg_kernel``, the block held in registers, with
+    ``square_t_one_read`` up to 128x128; else ``_cast_square_t_kernel``, two sweeps of slices).
+    Returns both scales."""
     R, C = x2.shape
     n_sc, n_stc = cdiv(C, b), cdiv(R, b)
     scale, st = _fp32(x2, n_stc, n_sc), _fp32(x2, n_sc, n_stc)
-    if policy.square_t_one_read():
+    if policy.square_t_one_read() and b <= 128:
         _k8x._cast_square_t_reg_kernel[(n_stc * n_sc,)](
             _arg(x2), q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), n_sc, n_stc, IN_BF16=common["IN_BF16"],
             B=b, **_fmt_args(common), enable_fp_fusion=False, num_warps=policy.square_t_one_read_warps(b * b))

@@ -36,7 +36,8 @@ def _tools():
 
 
 @pytest.fixture(scope="module", params=[("tensorwise", "ws_s3"), ("rowwise", "ws_s3"), ("blockwise", "ws_s3"),
-                                        ("blockwise_cols", "ws_s3"), ("tensorwise", "wsfast_n256_s4")],
+                                        ("blockwise_cols", "ws_s3"), ("tensorwise", "wsfast_n256_s4"),
+                                        ("tensorwise", "ws_s3_g16_eo"), ("rowwise", "ws_s3_g16_eo")],
                 ids=lambda p: "-".join(p))
 def compiled(request, tmp_path_factory):
     """(mode, config, PTX, ptxas -v stderr, SASS, shared bytes)."""
@@ -80,7 +81,10 @@ def test_sass_keeps_the_schedule(compiled):
         return
     # promoting (blockwise_cols too): both consumers overlap the promotion of one op with the other op's wgmma
     assert sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1") >= 2
-    if mode != "rowwise":  # rowwise's epilogue spills a few registers (its 2 x 64 scale loads)
+    if cfg.endswith("_eo"):  # the overlapped epilogue: a few spilled registers with triton 3.9 (68 B for
+        spill = re.search(r"(\d+) bytes spill stores", log)  # tensorwise), none with 3.6 (the H200's)
+        assert spill and int(spill.group(1)) <= 128, log
+    elif mode != "rowwise":  # rowwise's epilogue spills a few registers (its 2 x 64 scale loads)
         assert "0 bytes spill stores, 0 bytes spill loads" in log, log
 
 
