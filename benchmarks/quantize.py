@@ -352,7 +352,8 @@ def rowlocal_sweep_rows():
                                                rowlocal_maxnreg=lambda n: None), blocks)]
     fp4 = _named("mxfp4 1x32")
     out += [("rowlocal fp4", dict(rowlocal_fp4=T), fp4),
-            ("rowlocal fp4 no prefetch", dict(rowlocal_fp4=T, rowlocal_prefetch=F), fp4),
+            ("rowlocal fp4 prefetch", dict(rowlocal_fp4=T, rowlocal_fp4_prefetch=T), fp4),
+            ("rowlocal fp4 finite", dict(rowlocal_fp4=T, rowlocal_fp4_finite=T), fp4),
             ("rowlocal fp4 1w", dict(rowlocal_fp4=T, rowlocal_elems=lambda x: 512,
                                      rowlocal_programs_per_sm=lambda n: 32), fp4)]
     return out

@@ -15,6 +15,9 @@ of the half-rate integer/compare/select ("alu") and the FP32/IMAD ("fma") pipes:
 issues 4 warp instructions a clock, 2 of them alu), and the global load / store widths in bytes.
 ``path_per_elem`` (loop-free kernels): instructions an element on the fall-through path (the
 common one: rare branches jumped to), where ``per_elem`` counts every instruction up to the EXIT.
+``short_per_elem`` (loops holding an if/else): instructions an element through the loop by the
+shorter arm of its largest if/else (the row-local casts' finite tiles), where ``per_elem`` counts
+both arms.
 
 ``--set`` replaces a function of ``lowbit.kernels.quantize_policy`` by a constant (as the sweep
 does), e.g. ``--set fast_div=False --set stream_elems=8192``. Needs triton (3.6 or newer) with its
@@ -149,6 +152,33 @@ def loop_body(insns, loop):
     return [t for a, t in insns if loop[0] <= a <= loop[1]]
 
 
+_BRA = r"BRA (?:`\(\.L_x_\d+\) )?0x([0-9a-f]+)"
+
+
+def diamond(insns, loop):
+    """(instructions on the shorter, on the longer way through the loop's largest if/else) or
+    None: a conditional forward branch whose target follows an unconditional branch past it (the
+    row-local casts' finite-tile branch: the common, finite way is the shorter one)."""
+    lo, hi = loop[0], loop[1]
+    body = [(a, t) for a, t in insns if lo <= a <= hi]
+    best = None
+    for i, (a, t) in enumerate(body):
+        m = re.match(r"@!?U?P\d " + _BRA, t)
+        if not m or not a < int(m.group(1), 16) <= hi:
+            continue
+        tgt = int(m.group(1), 16)
+        m2 = re.match(_BRA, [t2 for a2, t2 in body if a2 < tgt][-1])
+        if m2 and int(m2.group(1), 16) > tgt and (best is None or tgt - a > best[2] - best[1]):
+            best = (a, tgt, int(m2.group(1), 16))
+    if best is None:
+        return None
+    br, tgt, join = best
+    arm_a = sum(br < a < tgt for a, _ in body)
+    arm_b = sum(tgt <= a < join for a, _ in body)
+    rest = len(body) - arm_a - arm_b
+    return rest + min(arm_a, arm_b), rest + max(arm_a, arm_b)
+
+
 def profile(name, kernel, grid, args, kw, elems_per_iter):
     c, opts, cx = compile_launch(kernel, args, kw)
     sass, usage = sass_of(c.asm["cubin"])
@@ -161,6 +191,7 @@ def profile(name, kernel, grid, args, kw, elems_per_iter):
     lps = [lp for lp in lps if lp[2] > 16]  # not the atomics' retry loops
     with_st = [lp for lp in lps if any("STG" in t for t in loop_body(insns, lp))]
     hot = max(with_st, key=lambda lp: lp[2]) if with_st else min(lps, key=lambda lp: lp[0]) if lps else None
+    split = diamond(insns, hot) if hot else None
     if hot:
         body = loop_body(insns, hot)
     else:  # loop-free: the straight path up to the first unconditional EXIT (slow-path subroutines follow it)
@@ -183,6 +214,7 @@ def profile(name, kernel, grid, args, kw, elems_per_iter):
                 body=len(body),
                 elems=elems_per_iter, per_elem=len(body) / max(1, elems_per_iter / threads),
                 path_per_elem=None if lps else len(fall_through(insns)) / per_thread,
+                short_per_elem=split[0] / per_thread if split else None,
                 ldg=len(ldg), ld_bytes_thread=ld_bytes, inflight_kb=ld_bytes * threads * resident / 1024,
                 ld_widths=sorted({width(t) for t in ldg}), ahead=ahead, st_widths=sorted({width(t) for t in stg}),
                 n_stg=len(stg),
@@ -269,7 +301,7 @@ def patch_launcher(sets):
 
 
 COLS = ("kernel", "grid", "warps", "regs", "resident", "elems_thread", "inflight_kb", "ahead", "body", "per_elem",
-        "path_per_elem",
+        "path_per_elem", "short_per_elem",
         "alu", "fma", "ld_widths", "st_widths", "smem", "stack")
 
 

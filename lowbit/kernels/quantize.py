@@ -449,7 +449,7 @@ def _fp4_plan(x, recipe, role, signs):
 
 def _fp4_rowlocal(x2, q, scale, bc: int, n_sc: int, rceil: bool):
     """MX E2M1 with 1xBC blocks by the row-local walk (``_mx_fp4_rowblock_kernel``; the geometry of
-    ``_fp8_rowlocal``)."""
+    ``_fp8_rowlocal``, its own prefetch and finite-tile levers, no register cap)."""
     R, C = x2.shape
     n_groups = R * n_sc
     tr = max(1, min(policy.rowlocal_elems(x2) // bc, next_pow2(n_groups)))
@@ -457,8 +457,8 @@ def _fp4_rowlocal(x2, q, scale, bc: int, n_sc: int, rceil: bool):
     warps = policy.rowlocal_warps(tr * bc)
     _k4._mx_fp4_rowblock_kernel[(min(n_tiles, policy.rowlocal_programs(x2, warps)),)](
         _arg(x2), q, scale, R, C, *x2.stride(), n_sc, n_groups, n_tiles, IN_BF16=x2.dtype == torch.bfloat16,
-        FLAT=x2.is_contiguous() and C % bc == 0, TR=tr, BC=bc, PREFETCH=policy.rowlocal_prefetch(), RCEIL=rceil,
-        enable_fp_fusion=False, num_warps=warps)
+        FLAT=x2.is_contiguous() and C % bc == 0, TR=tr, BC=bc, PREFETCH=policy.rowlocal_fp4_prefetch(),
+        FINITE=policy.rowlocal_fp4_finite(), RCEIL=rceil, enable_fp_fusion=False, num_warps=warps)
 
 
 def quantize_fp4_triton(x: torch.Tensor, recipe, role: str = "input", generator: Optional[torch.Generator] = None,

@@ -159,16 +159,30 @@ def _e2m1_packed(y, TR: tl.constexpr, BC: tl.constexpr):
 
 
 @triton.jit
+def _store_packed(q_ptr, q, g, R, C, n_sc, n_groups, FLAT: tl.constexpr, BC: tl.constexpr):
+    """The packed codes (TR, BC // 2) of groups g into q (R, C / 2), contiguous."""
+    c2 = tl.arange(0, BC // 2)[None, :]
+    if FLAT:  # group g's bytes: [g BC / 2, (g + 1) BC / 2)
+        tl.store(q_ptr + g[:, None].to(tl.int64) * (BC // 2) + c2, q, mask=(g < n_groups)[:, None] & (c2 >= 0))
+    else:  # row g // n_sc, bytes (g % n_sc) BC / 2 + c of that row
+        r = g // n_sc
+        c2 = (g - r * n_sc)[:, None] * (BC // 2) + c2
+        tl.store(q_ptr + r[:, None].to(tl.int64) * (C // 2) + c2, q, mask=(r < R)[:, None] & (c2 < C // 2))
+
+
+@triton.jit
 def _mx_fp4_rowblock_kernel(x_ptr, q_ptr, s_ptr, R, C, sxr, sxc, n_sc, n_groups, n_tiles,
                             IN_BF16: tl.constexpr, FLAT: tl.constexpr, TR: tl.constexpr, BC: tl.constexpr,
-                            PREFETCH: tl.constexpr, RCEIL: tl.constexpr):
+                            PREFETCH: tl.constexpr, FINITE: tl.constexpr, RCEIL: tl.constexpr):
     """MX E2M1 with 1xBC blocks (no Hadamard transform) by the row-local walk: tiles of TR blocks
     (``quantize_fp8_rowblock_kernels._group_offsets``; q is (R, C / 2), contiguous), per block the
     finite amax ``max |fma(x, 0, x)|`` (inf and NaN -> NaN, ignored by the hardware max; a block
     with no finite element reduces to NaN: k = 0, as for amax 0), the NaN flag from the integer
     max of the sign-cleared bits, ``k = _mx_exponent(amax)``, scale code ``k + 127`` (0xFF and
     codes 0 for a block holding NaN), the codes of ``x * 2^-k``. ``PREFETCH``: tile t + programs
-    is loaded before tile t is worked on."""
+    is loaded before tile t is worked on. ``FINITE``: a tile of finite x (its integer max below
+    0x7F800000, one reduction across the program) takes the amax from those bits and the codes
+    without NaN handling (y = x * 2^-k is finite and has x's sign)."""
     pid = tl.program_id(0)
     step = tl.num_programs(0)
     if PREFETCH:
@@ -184,18 +198,25 @@ def _mx_fp4_rowblock_kernel(x_ptr, q_ptr, s_ptr, R, C, sxr, sxc, n_sc, n_groups,
             x_next = _load_f32(x_ptr + xo_n, mask_n, IN_BF16)
         else:
             x = _load_f32(x_ptr + xo, mask, IN_BF16)
-        has_nan = tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=1) > 0x7F800000
-        k = _mx_exponent(tl.max(tl.abs(tl.fma(x, 0.0, x)), axis=1), RCEIL, 2, 6.0, 2)
-        tl.store(s_ptr + g[:, None], tl.where(has_nan, 255, k + 127).to(tl.uint8)[:, None],
-                 mask=(g < n_groups)[:, None])
-        q = _e2m1_packed(x * tl.where(has_nan, float("nan"), _pow2(-k))[:, None], TR, BC)
-        c2 = tl.arange(0, BC // 2)[None, :]
-        if FLAT:  # group g's bytes: [g BC / 2, (g + 1) BC / 2)
-            tl.store(q_ptr + g[:, None].to(tl.int64) * (BC // 2) + c2, q, mask=(g < n_groups)[:, None] & (c2 >= 0))
-        else:  # row g // n_sc, bytes (g % n_sc) BC / 2 + c of that row
-            r = g // n_sc
-            c2 = (g - r * n_sc)[:, None] * (BC // 2) + c2
-            tl.store(q_ptr + r[:, None].to(tl.int64) * (C // 2) + c2, q, mask=(r < R)[:, None] & (c2 < C // 2))
+        key = tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=1)  # integer order: NaN > inf > finite
+        if FINITE:
+            finite = tl.max(key, axis=0) < 0x7F800000
+        else:
+            finite = False
+        s_mask = (g < n_groups)[:, None]
+        if finite:  # the stores in each branch (codes yielded from an if would take a register each)
+            k = _mx_exponent(key.to(tl.float32, bitcast=True), RCEIL, 2, 6.0, 2)
+            tl.store(s_ptr + g[:, None], (k + 127).to(tl.uint8)[:, None], mask=s_mask)
+            a = tl.minimum(tl.abs(x * _pow2(-k)[:, None]), 6.0)
+            code = _grid_round(a, a, 0, 1, False)[0] | (((x.to(tl.int32, bitcast=True) >> 31) & 1) << 3)
+            lo, hi = tl.split(tl.reshape(code, (TR, BC // 2, 2)))
+            _store_packed(q_ptr, (lo | (hi << 4)).to(tl.uint8), g, R, C, n_sc, n_groups, FLAT, BC)
+        else:
+            has_nan = key > 0x7F800000
+            k = _mx_exponent(tl.max(tl.abs(tl.fma(x, 0.0, x)), axis=1), RCEIL, 2, 6.0, 2)
+            tl.store(s_ptr + g[:, None], tl.where(has_nan, 255, k + 127).to(tl.uint8)[:, None], mask=s_mask)
+            q = _e2m1_packed(x * tl.where(has_nan, float("nan"), _pow2(-k))[:, None], TR, BC)
+            _store_packed(q_ptr, q, g, R, C, n_sc, n_groups, FLAT, BC)
 
 
 # ---- representative sm_90 compile configurations (the GPU launches; scanned by lowbit.fma_guard) --------
@@ -214,5 +235,5 @@ SCAN_SPECS = (
     scan_spec(_mx_fp4_rowblock_kernel,
               {"x_ptr": "*i16", "q_ptr": "*u8", "s_ptr": "*u8",
                **dict.fromkeys(("R", "C", "sxr", "sxc", "n_sc", "n_groups", "n_tiles"), "i32")},
-              dict(IN_BF16=True, FLAT=True, TR=128, BC=32, PREFETCH=True, RCEIL=False), num_warps=8),
+              dict(IN_BF16=True, FLAT=True, TR=128, BC=32, PREFETCH=True, FINITE=True, RCEIL=False), num_warps=8),
 )

@@ -24,7 +24,7 @@ on the H200; the levers that are off are off until a sweep has shown them exact 
   rowwise, 1x128, MX 1x32): ``rowlocal_rows``, ``rowlocal_blocks`` (which kernels),
   ``rowlocal_max_cols``, ``rowlocal_elems``, ``rowlocal_warps``, ``rowlocal_prefetch``,
   ``rowlocal_finite_tiles``, ``rowlocal_maxnreg``, ``rowlocal_programs_per_sm``, ``rowlocal_fast_div``;
-  MX-FP4 1x32 the same way: ``rowlocal_fp4``;
+  MX-FP4 1x32 the same way: ``rowlocal_fp4``, ``rowlocal_fp4_prefetch``, ``rowlocal_fp4_finite``;
 * the other kernels: ``tile_elems``, ``opts``, ``max_programs``, ``block_chunks``;
 * launches: ``delayed_amax_slots`` / ``current_amax_slots``: the amax kernels write one slot a
   program (read and reduced by the next kernel) instead of an atomic max into a zero-filled
@@ -290,6 +290,20 @@ def rowlocal_fp4() -> bool:
     (``quantize_fp4_kernels._mx_fp4_rowblock_kernel``: the ``rowlocal_*`` geometry, prefetch)
     instead of ``_fp4_cast_kernel`` (33.6% of copy on the H200, 16384x4096 bf16). Off until the
     sweep ("rowlocal fp4" rows) has timed it."""
+    return False
+
+
+def rowlocal_fp4_prefetch() -> bool:
+    """The row-local MX-FP4 cast loads tile t + programs before working on tile t: off (sm_90,
+    triton 3.6, 16384x4096 bf16: 58 registers, 4 programs an SM, 31.9 SASS instructions an
+    element with it; 40, 6 and 29.2 without)."""
+    return False
+
+
+def rowlocal_fp4_finite() -> bool:
+    """The row-local MX-FP4 cast's finite-tile path (as ``rowlocal_finite_tiles``): off (74
+    registers for 26.7 instructions an element on the finite path; capped at 48 it spills in the
+    loop)."""
     return False
 
 

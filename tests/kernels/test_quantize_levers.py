@@ -347,8 +347,8 @@ def test_rowlocal_off_and_long_rows_keep_the_old_kernels(monkeypatch):
         assert [s[0] for s in seen] == [kernel], (recipe, role, seen)
 
 
-@pytest.mark.parametrize("prefetch", [True, False])
-def test_rowlocal_fp4_bit_exact_and_launched(prefetch, monkeypatch):
+@pytest.mark.parametrize("prefetch, finite", [(True, False), (False, False), (False, True)])
+def test_rowlocal_fp4_bit_exact_and_launched(prefetch, finite, monkeypatch):
     """rowlocal_fp4: MX E2M1 (floor and rceil, 1x32 and 1x16 blocks) by ``_mx_fp4_rowblock_kernel``,
     bit-exact with the reference (data, E8M0 scales, global scale) for bf16 / fp16 / fp32, blocks
     that are all NaN / inf / zero / subnormal, ragged, non-contiguous and 3-D inputs; with the
@@ -356,17 +356,19 @@ def test_rowlocal_fp4_bit_exact_and_launched(prefetch, monkeypatch):
     from lowbit.scaling.hadamard import random_signs
     from lowbit.scaling.recipes import NV
     monkeypatch.setattr(kq.policy, "rowlocal_fp4", lambda: True)
-    monkeypatch.setattr(kq.policy, "rowlocal_prefetch", lambda: prefetch)
+    monkeypatch.setattr(kq.policy, "rowlocal_fp4_prefetch", lambda: prefetch)
+    monkeypatch.setattr(kq.policy, "rowlocal_fp4_finite", lambda: finite)
     seen = _spy(monkeypatch)
     base = _special_blocks(384, seed=60)
     xs = [base, _special_blocks(200, torch.float16, seed=61), _special_blocks(300, torch.float32, seed=62),
           specials_bits((10, 100), seed=63).t(), base[:, 40:340], specials_bits((2, 3, 256), seed=64),
-          specials_bits((70, 1100), seed=65)]
+          specials_bits((70, 1100), seed=65), torch.randn(40, 256).to(torch.bfloat16)]  # the last: finite tiles
     for x in xs:
         for recipe in (MX(elem="e2m1"), MX(elem="e2m1", scale_rule="rceil"), MX(block=16, elem="e2m1")):
             seen.clear()
             check_fp4(x, recipe, "input")
-            assert [(s[0], s[2]["PREFETCH"]) for s in seen] == [("_mx_fp4_rowblock_kernel", prefetch)], seen
+            assert [(s[0], s[2]["PREFETCH"], s[2]["FINITE"]) for s in seen] == [
+                ("_mx_fp4_rowblock_kernel", prefetch, finite)], seen
     for args in ((MX(elem="e2m1"), "input", random_signs(3)), (NV(), "input", None)):
         seen.clear()
         check_fp4(base, args[0], args[1], args[2])
