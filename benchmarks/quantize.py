@@ -295,6 +295,9 @@ def sweep_rows():
              ("square T 8w", dict(t_sweep_warps=lambda e: 8), _named("block 128x128 +T"))]
     rows += [(f"square T one read {w}w", dict(square_t_one_read=T, square_t_one_read_warps=lambda e, w=w: w),
               _named("block 128x128 +T")) for w in (4, 8, 16)]
+    rows += [("square T one read maxnreg 80", dict(square_t_one_read_maxnreg=lambda w: 80), _named("block 128x128 +T"))]
+    rows += [(f"tensorwise T maxnreg {n}", dict(transpose_maxnreg=lambda w, n=n: n),
+              _named("delayed e4m3 +T", "current e5m2 +T")) for n in (64, 56)]
     rows += [("rowwise T sweep 256 rows", dict(rowwise_t_sweep_rows=lambda: (256, 32)), rowwise_t),
              ("rowwise T sweep 16-row slices", dict(rowwise_t_sweep_rows=lambda: (128, 16)), rowwise_t),
              ("rowwise T sweep 8w", dict(t_sweep_warps=lambda e: 8), rowwise_t)]

@@ -281,7 +281,7 @@ def patch_launcher(sets):
     kq._runnable = lambda x: True
     pol.hw_cvt = lambda x: 3 if pol.cvt_handles_nan() else 2 if pol.cvt_saturates() else 1
     pol.gpu = lambda index: ((9, 0), 132)
-    pol.max_programs = lambda x, elems: 132 * max(1, 256 // pol.opts(elems)["num_warps"])
+    pol.max_programs = lambda x, elems, num_warps=None: 132 * max(1, 256 // (num_warps or pol.opts(elems)["num_warps"]))
     pol.stream_programs = lambda x, warps: 132 * pol.stream_programs_per_sm(warps)
     pol.current_amax_programs = lambda x, programs: max(1, programs // 4)
     pol.rowlocal_programs = lambda x, warps: 132 * pol.rowlocal_programs_per_sm(warps)

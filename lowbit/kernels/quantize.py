@@ -162,7 +162,8 @@ def _fp8_tensorwise(x2, q2, qt, kind, state, transposed, common):
         n_tiles = cdiv(R, br) * n_c
         opts, prefetch = policy.opts(br * bc), False
         if transposed:
-            opts = dict(opts, num_warps=policy.transpose_warps(br * bc))
+            warps = policy.transpose_warps(br * bc)
+            opts = dict(opts, num_warps=warps, **_maxnreg(policy.transpose_maxnreg(warps)))
             prefetch = policy.transpose_prefetch()
         programs = min(n_tiles, policy.max_programs(x2, br * bc, opts["num_warps"]))
         vec = 1
@@ -332,9 +333,11 @@ def _fp8_square_t(x2, q2, qt, b, common):
     n_sc, n_stc = cdiv(C, b), cdiv(R, b)
     scale, st = _fp32(x2, n_stc, n_sc), _fp32(x2, n_sc, n_stc)
     if policy.square_t_one_read() and b <= 128:
+        warps = policy.square_t_one_read_warps(b * b)
         _k8x._cast_square_t_reg_kernel[(n_stc * n_sc,)](
             _arg(x2), q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), n_sc, n_stc, IN_BF16=common["IN_BF16"],
-            B=b, **_fmt_args(common), enable_fp_fusion=False, num_warps=policy.square_t_one_read_warps(b * b))
+            B=b, **_fmt_args(common), enable_fp_fusion=False, num_warps=warps,
+            **_maxnreg(policy.square_t_one_read_maxnreg(warps)))
         return scale, st
     sub = min(b, policy.block_t_sweep_rows())
     _k8x._cast_square_t_kernel[(n_stc * n_sc,)](

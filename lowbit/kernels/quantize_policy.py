@@ -185,6 +185,13 @@ def transpose_warps(elems: int) -> int:
     return 8
 
 
+def transpose_maxnreg(num_warps: int):
+    """Registers a thread at most of the transposing tensorwise cast (the ``maxnreg`` launch
+    option; None: the compiler's choice, 72 at 8 warps on sm_90 with triton 3.6: 3 programs an
+    SM): None until an H200 sweep has timed a cap."""
+    return None
+
+
 def transpose_prefetch() -> bool:
     """The transposing tensorwise cast loads its next grid-stride tile before computing this one."""
     return True
@@ -210,17 +217,21 @@ def rowlocal_rows() -> bool:
     """Rowwise without the transposed copy by the row-local walk (``_cast_rowblock_kernel``: a row
     held whole by one program, loaded once, its max through shared memory, grid-stride with
     ``rowlocal_prefetch``) instead of ``_cast_rows_kernel`` (two loops over a 4-row block, the
-    second from L2: 62% of copy on the H200, 16384x4096 bf16). Off until the sweep ("rowlocal
-    rows" rows) has timed it; rows longer than ``rowlocal_max_cols`` keep ``_cast_rows_kernel``."""
-    return False
+    second from L2); rows longer than ``rowlocal_max_cols`` keep ``_cast_rows_kernel``. H200
+    (2026-12-01, session 7, 16384x4096 bf16, kernel time, bit-exact there): 0.0533 ms = 89.3% of
+    copy against 0.0765 (62.2%); without prefetch 0.0588, without the finite-tile path 0.0635,
+    ``div.rn`` 0.0626, 8192-element tiles 0.0659, 10 programs an SM 0.0526 (noise-sized)."""
+    return True
 
 
 def rowlocal_blocks() -> bool:
     """1xBC blocks without the transposed copy (Blockwise 1x128, MX 1x32; BC >= 16) by the
     row-local walk (a block in a few lanes of one warp: its max by shuffles, no shared memory)
-    instead of ``_cast_blocks_kernel`` (49% / 66% of copy on the H200, 16384x4096 bf16). Off
-    until the sweep ("rowlocal blocks" rows) has timed it."""
-    return False
+    instead of ``_cast_blocks_kernel``. H200 (2026-12-01, session 7, 16384x4096 bf16, kernel
+    time, bit-exact there): 1x128 0.0568 ms = 84.7% of copy against 0.0974 (49.4%), MX-FP8 1x32
+    0.0508 = 94.6% against 0.0726 (66.2%); no prefetch 0.0619 / 0.0545, no finite-tile path
+    0.0644 / 0.0490, ``div.rn`` 0.0667 / 0.0505, 1-4 warp programs 0.059-0.061 / 0.049-0.050."""
+    return True
 
 
 def rowlocal_max_cols() -> int:
@@ -287,10 +298,11 @@ def rowlocal_fast_div() -> bool:
 
 def rowlocal_fp4() -> bool:
     """MX E2M1 with 1xBC blocks (BC >= 16) and no Hadamard transform by the row-local walk
-    (``quantize_fp4_kernels._mx_fp4_rowblock_kernel``: the ``rowlocal_*`` geometry, prefetch)
-    instead of ``_fp4_cast_kernel`` (33.6% of copy on the H200, 16384x4096 bf16). Off until the
-    sweep ("rowlocal fp4" rows) has timed it."""
-    return False
+    (``quantize_fp4_kernels._mx_fp4_rowblock_kernel``, the ``rowlocal_*`` geometry)
+    instead of ``_fp4_cast_kernel``. H200 (2026-12-01, session 7, 16384x4096 bf16, kernel time,
+    bit-exact there): 0.0820 ms = 48.1% of copy without prefetch (``rowlocal_fp4_prefetch``
+    off, as now) against 0.118 (33.6%); with prefetch 0.0888, one-warp programs 0.0851."""
+    return True
 
 
 def rowlocal_fp4_prefetch() -> bool:
@@ -348,6 +360,12 @@ def square_t_one_read() -> bool:
 def square_t_one_read_warps(elems: int) -> int:
     """Warps of ``_cast_square_t_reg_kernel``: 8 (a 128x128 block: 64 elements a thread)."""
     return max(1, min(8, elems // 2048))
+
+
+def square_t_one_read_maxnreg(num_warps: int):
+    """Registers a thread at most of ``_cast_square_t_reg_kernel`` (None: the compiler's, 128 at 8
+    warps with triton 3.6: 2 programs an SM)."""
+    return None
 
 
 def block_t_sweep_rows() -> int:

@@ -442,6 +442,7 @@ _BLOCKS_SCRIPT = textwrap.dedent("""
             return lambda *args, **kw: launches.append((grid, args, kw))
     kq._k8b = type("K", (), {"_cast_blocks_kernel": Recorder()})
     kq.policy.block_t_tiles = lambda: False  # the chunk kernel's transposed launch (the tile one: test_quantize_transpose)
+    kq.policy.rowlocal_blocks = lambda: False  # and its plain one (the row-local one: test_quantize_levers)
     ptr = {torch.int16: "*i16", torch.uint8: "*u8", torch.float32: "*fp32"}
     x = torch.empty(16384, 4096, dtype=torch.bfloat16, device="meta")
     block = Blockwise().granularity("input")
@@ -474,7 +475,8 @@ _BLOCKS_SCRIPT = textwrap.dedent("""
 
 
 def test_sm90_block_cast_keeps_four_programs_per_sm():
-    """The 1x128 block cast (the chunk kernel) as launched for a 16384x4096 bf16 input on an H200 (compiled for sm_90
+    """The 1x128 block cast by the chunk kernel (the path of ``rowlocal_blocks`` off and of 2-D blocks)
+    as launched for a 16384x4096 bf16 input on an H200 (compiled for sm_90
     with the launcher's grid, constexprs and options): 16-byte loads, no spills, and few enough
     registers for 3 resident 16-warp programs per SM (4 chunks of 32x128 a program, 36 registers;
     1 with the transposed copy: 73 registers with the lean encode, which the H200 still ran faster,

@@ -327,11 +327,17 @@ def test_rowlocal_bit_exact_and_launched(prefetch, finite, monkeypatch):
 
 
 def test_rowlocal_off_and_long_rows_keep_the_old_kernels(monkeypatch):
-    """Defaults: the block and row kernels; rows longer than ``rowlocal_max_cols`` keep
-    ``_cast_rows_kernel``; 2-D blocks and blocks narrower than 16 keep ``_cast_blocks_kernel``."""
+    """Defaults: the row-local kernel; with the levers off the block and row kernels; rows longer
+    than ``rowlocal_max_cols`` keep ``_cast_rows_kernel``; 2-D blocks and blocks narrower than 16
+    keep ``_cast_blocks_kernel``."""
     seen = _spy(monkeypatch)
-    assert not kq.policy.rowlocal_rows() and not kq.policy.rowlocal_blocks()
     x = specials_bits((20, 256), seed=56)
+    for recipe in (Rowwise(), Blockwise(), MX()):
+        seen.clear()
+        check_fp8(x, recipe, "input")
+        assert [s[0] for s in seen] == ["_cast_rowblock_kernel"], (recipe, seen)
+    monkeypatch.setattr(kq.policy, "rowlocal_rows", lambda: False)
+    monkeypatch.setattr(kq.policy, "rowlocal_blocks", lambda: False)
     for recipe, kernel in ((Rowwise(), "_cast_rows_kernel"), (Blockwise(), "_cast_blocks_kernel"),
                            (MX(), "_cast_blocks_kernel")):
         seen.clear()
