@@ -28,7 +28,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .quantize_fp8_rowblock_kernels import _group_offsets
+from .quantize_fp8_rowblock_kernels import _group_offsets, _walk_tile
 from .quantize_jit_helpers import _block_expand, _block_max, _div_parts, _div_rn, _finite_abs, _grid_round, \
     _load_f32, _mx_exponent, _pow2, scan_spec
 
@@ -191,13 +191,8 @@ def _mx_fp4_rowblock_kernel(x_ptr, q_ptr, s_ptr, R, C, sxr, sxc, n_sc, n_groups,
     else:
         x_next = 0.0
     for t in range(pid, n_tiles, step):
-        g, xo, _, mask = _group_offsets(t, R, C, sxr, sxc, 0, 0, n_sc, n_groups, FLAT, TR, BC)
-        if PREFETCH:
-            x = x_next
-            _, xo_n, _, mask_n = _group_offsets(t + step, R, C, sxr, sxc, 0, 0, n_sc, n_groups, FLAT, TR, BC)
-            x_next = _load_f32(x_ptr + xo_n, mask_n, IN_BF16)
-        else:
-            x = _load_f32(x_ptr + xo, mask, IN_BF16)
+        g, _, mask, x, x_next = _walk_tile(x_ptr, t, step, x_next, R, C, sxr, sxc, 0, 0, n_sc, n_groups, FLAT, TR, BC,
+                                           IN_BF16, PREFETCH)
         key = tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=1)  # integer order: NaN > inf > finite
         if FINITE:
             finite = tl.max(key, axis=0) < 0x7F800000

@@ -64,6 +64,22 @@ def _group_offsets(t, R, C, sxr, sxc, sqr, sqc, n_sc, n_groups, FLAT: tl.constex
 
 
 @triton.jit
+def _walk_tile(x_ptr, t, step, x_next, R, C, sxr, sxc, sqr, sqc, n_sc, n_groups, FLAT: tl.constexpr,
+               TR: tl.constexpr, BC: tl.constexpr, IN_BF16: tl.constexpr, PREFETCH: tl.constexpr):
+    """Tile t of a grid-stride walk (stride ``step``): (g, q offsets, mask, x, the next x). With
+    ``PREFETCH`` tile t's x came as ``x_next`` from the call for tile t - step, and tile t + step's
+    load is issued here, before tile t is worked on."""
+    g, xo, qo, mask = _group_offsets(t, R, C, sxr, sxc, sqr, sqc, n_sc, n_groups, FLAT, TR, BC)
+    if PREFETCH:
+        x = x_next
+        _, xo_n, _, mask_n = _group_offsets(t + step, R, C, sxr, sxc, sqr, sqc, n_sc, n_groups, FLAT, TR, BC)
+        x_next = _load_f32(x_ptr + xo_n, mask_n, IN_BF16)
+    else:
+        x = _load_f32(x_ptr + xo, mask, IN_BF16)
+    return g, qo, mask, x, x_next
+
+
+@triton.jit
 def _group_amax(x, key, MX: tl.constexpr):
     """Per group (row of the tile) from any x: the finite amax (module docstring), and for ``MX``
     +inf where the group holds a NaN (``key``, the group's max of the sign-cleared bits, above
@@ -134,13 +150,8 @@ def _cast_rowblock_kernel(x_ptr, q_ptr, s_ptr, R, C, sxr, sxc, sqr, sqc, n_sc, n
     else:
         x_next = 0.0
     for t in range(pid, n_tiles, step):
-        g, xo, qo, mask = _group_offsets(t, R, C, sxr, sxc, sqr, sqc, n_sc, n_groups, FLAT, TR, BC)
-        if PREFETCH:  # tile t was loaded one iteration ago; issue tile t + step's load now
-            x = x_next
-            _, xo_n, _, mask_n = _group_offsets(t + step, R, C, sxr, sxc, sqr, sqc, n_sc, n_groups, FLAT, TR, BC)
-            x_next = _load_f32(x_ptr + xo_n, mask_n, IN_BF16)
-        else:
-            x = _load_f32(x_ptr + xo, mask, IN_BF16)
+        g, qo, mask, x, x_next = _walk_tile(x_ptr, t, step, x_next, R, C, sxr, sxc, sqr, sqc, n_sc, n_groups, FLAT,
+                                            TR, BC, IN_BF16, PREFETCH)
         key = tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=1)  # integer order: NaN > inf > finite
         if FINITE:
             finite = tl.max(key, axis=0) < 0x7F800000

@@ -270,6 +270,15 @@ def _spy(monkeypatch):
     return seen
 
 
+def _rowlocal_inputs(seed, transposed):
+    """The row-local casts' inputs: special blocks in bf16 / fp16 / fp32, ``transposed``, a column
+    slice, a 3-D tensor, long ragged rows, and an all-finite tensor (the finite-tile path)."""
+    base = _special_blocks(384, seed=seed)
+    return [base, _special_blocks(200, torch.float16, seed=seed + 1), _special_blocks(300, torch.float32, seed=seed + 2),
+            transposed, base[:, 40:340], specials_bits((2, 3, 256), seed=seed + 4),
+            specials_bits((70, 1100), seed=seed + 5), torch.randn(40, 256).to(torch.bfloat16)]
+
+
 def _special_blocks(C, dtype=torch.bfloat16, seed=0):
     """Rows of ``specials_bits`` with whole 32-element runs (so whole MX, 1x32 and 1x128 blocks, and
     for rowwise whole rows) that are all NaN, all +-inf, NaN and inf mixed, all +-0, all bf16
@@ -306,10 +315,8 @@ def test_rowlocal_bit_exact_and_launched(prefetch, finite, monkeypatch):
     monkeypatch.setattr(kq.policy, "rowlocal_prefetch", lambda: prefetch)
     monkeypatch.setattr(kq.policy, "rowlocal_finite_tiles", lambda: finite)
     seen = _spy(monkeypatch)
-    base = _special_blocks(384, seed=50)
-    xs = [base, _special_blocks(200, torch.float16, seed=51), _special_blocks(300, torch.float32, seed=52),
-          _special_blocks(100, seed=53).t(), base[:, 40:340], specials_bits((2, 3, 256), seed=54),
-          specials_bits((70, 1100), seed=55), torch.randn(40, 256).to(torch.bfloat16)]  # the last: finite tiles
+    xs = _rowlocal_inputs(50, _special_blocks(100, seed=53).t())
+    base = xs[0]
     for x in xs:
         for recipe, role in _ROWLOCAL_RECIPES:
             seen.clear()
@@ -365,10 +372,8 @@ def test_rowlocal_fp4_bit_exact_and_launched(prefetch, finite, monkeypatch):
     monkeypatch.setattr(kq.policy, "rowlocal_fp4_prefetch", lambda: prefetch)
     monkeypatch.setattr(kq.policy, "rowlocal_fp4_finite", lambda: finite)
     seen = _spy(monkeypatch)
-    base = _special_blocks(384, seed=60)
-    xs = [base, _special_blocks(200, torch.float16, seed=61), _special_blocks(300, torch.float32, seed=62),
-          specials_bits((10, 100), seed=63).t(), base[:, 40:340], specials_bits((2, 3, 256), seed=64),
-          specials_bits((70, 1100), seed=65), torch.randn(40, 256).to(torch.bfloat16)]  # the last: finite tiles
+    xs = _rowlocal_inputs(60, specials_bits((10, 100), seed=63).t())
+    base = xs[0]
     for x in xs:
         for recipe in (MX(elem="e2m1"), MX(elem="e2m1", scale_rule="rceil"), MX(block=16, elem="e2m1")):
             seen.clear()
