@@ -1,6 +1,6 @@
 """Interleaved A/B timing of the warp-specialized FP8 GEMM configurations against cuBLAS (H200).
 
-    python benchmarks/gemm_ab.py --out DIR [--configs A,B,..] [--modes M1,M2] [--shapes MxNxK,..] [--rounds R]
+    python benchmarks/gemm_ab.py --out DIR [--configs A,B,..] [--modes M1,M2] [--shapes MxNxK,..] [--rounds R] [--bias]
 
 Why: on the lease machine the clock drifts within a run (the same kernel timed a minute apart moves
 by several percent), so configurations timed one after the other cannot be told apart at the 1-3%
@@ -9,8 +9,9 @@ order rotating each round; a variant's figure is the median of its per-round tim
 is the median over rounds of (anchor time / its time) in the same round, which cancels the drift.
 Anchors: cuBLAS ``torch._scaled_mm`` precise (tensorwise, rowwise), cuBLAS blockwise 1x128 x 128x128
 (``benchmarks/gemm.py``'s probe). Every Gluon variant is first checked bit for bit against the
-first configuration's output (the configurations differ in schedule only). Table last; JSON to
-DIR/gemm_ab.json.
+first configuration's output (the configurations differ in schedule only) and its relative
+Frobenius distance to the anchor's output on the same codes is recorded (the same promotion
+interval: ~1e-5 or less). Table last; JSON to DIR/gemm_ab.json.
 """
 from __future__ import annotations
 
@@ -30,34 +31,42 @@ MODES = ("tensorwise", "rowwise", "blockwise")
 SHAPES = ((8192, 8192, 8192), (16384, 14336, 4096), (4096, 4096, 4096))
 
 
-def variants(mode, a, b, configs):
-    """[(name, fn)] with the anchor first."""
+def variants(mode, a, b, configs, bias=None):
+    """[(name, fn)] with the anchor first (``bias``: tensorwise and rowwise only, every variant)."""
     from benchmarks.gemm import blockwise_anchor
     from lowbit.kernels import gemm_gluon as gg
     bf = torch.bfloat16
     if mode == "blockwise":
+        bias = None  # the blockwise anchor takes none
         factory, label = blockwise_anchor(a, b)
         out = [(f"cuBLAS blockwise ({label})", factory(a, b))]
     else:
-        out = [("cuBLAS precise", lambda: torch._scaled_mm(a._data, b._data, a._scale, b._scale, out_dtype=bf))]
-    return out + [(f"gluon {c}", lambda c=c: gg.gluon_fp8_scaled_mm(a, b, bf, config=c)) for c in configs]
+        out = [("cuBLAS precise", lambda: torch._scaled_mm(a._data, b._data, a._scale, b._scale, bias=bias,
+                                                           out_dtype=bf))]
+    return out + [(f"gluon {c}", lambda c=c: gg.gluon_fp8_scaled_mm(a, b, bf, bias=bias, config=c)) for c in configs]
 
 
-def ab_shape(rows, M, N, K, mode, configs, rounds):
+def ab_shape(rows, M, N, K, mode, configs, rounds, with_bias=False):
     from benchmarks.gemm_gluon import _operands
-    shape = f"{M}x{N}x{K}"
+    shape = f"{M}x{N}x{K}" + (" +bias" if with_bias else "")
     a, b = _operands(mode, M, N, K, seed=7)
-    vs = variants(mode, a, b, configs)
-    ref = None
-    for name, fn in vs:  # compile, and the bitwise check of the Gluon variants
+    bias = torch.randn(N, device="cuda").to(torch.bfloat16) if with_bias else None
+    vs = variants(mode, a, b, configs, bias)
+    ref = anchor_out = None
+    for name, fn in vs:  # compile, and the checks of the Gluon variants
         out = fn()
         torch.cuda.synchronize()
+        if anchor_out is None:
+            anchor_out = out.double()
+        elif ref is None:
+            ref = out
+        else:
+            rows.append(dict(shape=shape, mode=mode, variant=f"check: {name} == {vs[1][0]} (bitwise)",
+                             note=str(torch.equal(out, ref))))
         if name.startswith("gluon"):
-            if ref is None:
-                ref = out
-            else:
-                rows.append(dict(shape=shape, mode=mode, variant=f"check: {name} == {vs[1][0]} (bitwise)",
-                                 note=str(torch.equal(out, ref))))
+            rel = float((out.double() - anchor_out).norm() / anchor_out.norm())
+            rows.append(dict(shape=shape, mode=mode, variant=f"check: {name} vs the anchor (rel. Frobenius)",
+                             note=f"{rel:.3g}"))
     times = {name: [] for name, _ in vs}
     for r in range(rounds):
         k = r % len(vs)
@@ -78,6 +87,7 @@ def main():
         p.add_argument("--modes", default=",".join(MODES))
         p.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
         p.add_argument("--rounds", type=int, default=7)
+        p.add_argument("--bias", action="store_true", help="a bf16 bias in every call (the bitwise checks cover it)")
     args = parse_args(__doc__.splitlines()[0], extra)
     info = env_info()
     if not torch.cuda.is_available():
@@ -89,7 +99,7 @@ def main():
     for shape in args.shapes.split(","):
         M, N, K = map(int, shape.split("x"))
         for mode in args.modes.split(","):
-            guarded(rows, f"{shape} {mode}", lambda: ab_shape(rows, M, N, K, mode, configs, args.rounds))
+            guarded(rows, f"{shape} {mode}", lambda: ab_shape(rows, M, N, K, mode, configs, args.rounds, args.bias))
             print(f"  {shape} {mode} done ({time.time() - t0:.0f} s)", flush=True)
     path = write_json(args.out, "gemm_ab", dict(env=info, rows=rows, wall_s=time.time() - t0))
     print("\nenv:", {k: info.get(k) for k in ("gpu", "torch", "triton", "date")}, f"\nJSON: {path}\n")
