@@ -256,16 +256,23 @@ def _fp8_rowlocal(x2, q2, scale, bc: int, n_sc: int, common):
     """The row-local walk (``quantize_fp8_rowblock_kernels``): groups of ``bc`` elements, ``n_sc``
     a row (rowwise: one, ``bc >= C``), ``scale[g]`` for group g; tiles of ``rowlocal_elems``."""
     R, C = x2.shape
-    n_groups = R * n_sc
-    tr = max(1, min(policy.rowlocal_elems(x2) // bc, next_pow2(n_groups)))
-    n_tiles = cdiv(n_groups, tr)
-    warps = policy.rowlocal_warps(tr * bc)
+    n_groups, tr, n_tiles, warps, grid = _rowlocal_grid(x2, bc, n_sc)
     flat = x2.is_contiguous() and q2.is_contiguous() and C % bc == 0
     common = dict(common, FAST_DIV=policy.rowlocal_fast_div())
-    _k8g._cast_rowblock_kernel[(min(n_tiles, policy.rowlocal_programs(x2, warps)),)](
+    _k8g._cast_rowblock_kernel[grid](
         _arg(x2), q2, scale, R, C, *x2.stride(), *q2.stride(), n_sc, n_groups, n_tiles, FLAT=flat, TR=tr, BC=bc,
         PREFETCH=policy.rowlocal_prefetch(), FINITE=policy.rowlocal_finite_tiles(), **common, enable_fp_fusion=False,
         num_warps=warps, **_maxnreg(policy.rowlocal_maxnreg(warps)))
+
+
+def _rowlocal_grid(x2, bc: int, n_sc: int):
+    """(groups, groups a tile, tiles, warps, grid) of a row-local walk over ``n_sc`` groups of ``bc``
+    elements a row: tiles of ``rowlocal_elems``, ``rowlocal_programs`` grid-stride programs."""
+    n_groups = x2.shape[0] * n_sc
+    tr = max(1, min(policy.rowlocal_elems(x2) // bc, next_pow2(n_groups)))
+    n_tiles = cdiv(n_groups, tr)
+    warps = policy.rowlocal_warps(tr * bc)
+    return n_groups, tr, n_tiles, warps, (min(n_tiles, policy.rowlocal_programs(x2, warps)),)
 
 
 def _maxnreg(n) -> dict:
@@ -454,11 +461,8 @@ def _fp4_rowlocal(x2, q, scale, bc: int, n_sc: int, rceil: bool):
     """MX E2M1 with 1xBC blocks by the row-local walk (``_mx_fp4_rowblock_kernel``; the geometry of
     ``_fp8_rowlocal``, its own prefetch and finite-tile levers, no register cap)."""
     R, C = x2.shape
-    n_groups = R * n_sc
-    tr = max(1, min(policy.rowlocal_elems(x2) // bc, next_pow2(n_groups)))
-    n_tiles = cdiv(n_groups, tr)
-    warps = policy.rowlocal_warps(tr * bc)
-    _k4._mx_fp4_rowblock_kernel[(min(n_tiles, policy.rowlocal_programs(x2, warps)),)](
+    n_groups, tr, n_tiles, warps, grid = _rowlocal_grid(x2, bc, n_sc)
+    _k4._mx_fp4_rowblock_kernel[grid](
         _arg(x2), q, scale, R, C, *x2.stride(), n_sc, n_groups, n_tiles, IN_BF16=x2.dtype == torch.bfloat16,
         FLAT=x2.is_contiguous() and C % bc == 0, TR=tr, BC=bc, PREFETCH=policy.rowlocal_fp4_prefetch(),
         FINITE=policy.rowlocal_fp4_finite(), RCEIL=rceil, enable_fp_fusion=False, num_warps=warps)

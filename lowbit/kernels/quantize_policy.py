@@ -161,12 +161,16 @@ def stream_programs_per_sm(num_warps: int) -> int:
     return max(1, 256 // num_warps)
 
 
+def _grid_programs(x, per_sm: int) -> int:
+    """Programs of a grid-stride walk: ``per_sm`` per SM on the GPU; 3 under the interpreter (the
+    loops run more than once)."""
+    return sms(x) * per_sm if x.device.type == "cuda" else 3
+
+
 def stream_programs(x, num_warps: int) -> int:
     """Grid-stride programs of the flat walks: ``stream_programs_per_sm`` per SM on the GPU; 3
     under the interpreter (the loops run more than once)."""
-    if x.device.type == "cuda":
-        return sms(x) * stream_programs_per_sm(num_warps)
-    return 3
+    return _grid_programs(x, stream_programs_per_sm(num_warps))
 
 
 def transpose_tile(x) -> tuple:
@@ -286,9 +290,7 @@ def rowlocal_maxnreg(num_warps: int):
 def rowlocal_programs(x, num_warps: int) -> int:
     """Grid-stride programs of the row-local walk: ``rowlocal_programs_per_sm`` per SM on the GPU;
     3 under the interpreter (the loops run more than once)."""
-    if x.device.type == "cuda":
-        return sms(x) * rowlocal_programs_per_sm(num_warps)
-    return 3
+    return _grid_programs(x, rowlocal_programs_per_sm(num_warps))
 
 
 def rowlocal_fast_div() -> bool:
