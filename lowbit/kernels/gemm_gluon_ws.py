@@ -116,6 +116,7 @@ if gl is not None:
         EPI_OVERLAP (tensorwise / rowwise / blockwise): a tile's epilogue runs in the next tile's
         first stage, while its two wgmmas do (the first tile's is a masked-off no-op)."""
         HALF_M: gl.constexpr = 64
+        OVERLAP: gl.constexpr = EPI_OVERLAP and not FAST and MODE != 3  # the promoting tile schedule only
         mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32])
         num_pid_m = gl.cdiv(M, 2 * HALF_M)
@@ -142,15 +143,15 @@ if gl is not None:
                                                   off_m, pid_n, n_chunks, M, stride_sam, stride_sak,
                                                   stride_sbk, stride_sbn, WG, MODE, STAGES, mma_layout,
                                                   acc_prev, prev_m, prev_n, c_ptr, bias_ptr, N, stride_cm,
-                                                  stride_cn, HAS_BIAS, EPI_OVERLAP and not FAST)
-            if EPI_OVERLAP and not FAST and MODE != 3:
+                                                  stride_cn, HAS_BIAS, OVERLAP)
+            if OVERLAP:
                 acc_prev = acc
                 prev_m = off_m
                 prev_n = pid_n * BLOCK_N
             else:
                 _epilogue(acc, c_ptr, bias_ptr, sa_ptr, sb_ptr, off_m, pid_n * BLOCK_N, M, N, stride_cm,
                           stride_cn, stride_sam, stride_sbn, MODE, HAS_BIAS, mma_layout, HALF_M, BLOCK_N)
-        if EPI_OVERLAP and not FAST and MODE != 3:  # the last tile's
+        if OVERLAP:  # the last tile's
             _epilogue(acc_prev, c_ptr, bias_ptr, sa_ptr, sb_ptr, prev_m, prev_n, M, N, stride_cm,
                       stride_cn, stride_sam, stride_sbn, MODE, HAS_BIAS, mma_layout, HALF_M, BLOCK_N)
 
