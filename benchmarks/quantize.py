@@ -57,6 +57,7 @@ from lowbit.dtypes.fp8_tensor import FP8Tensor  # noqa: E402
 from lowbit.dtypes.quantize import pack_fp4, quantize  # noqa: E402
 from lowbit.kernels import cast  # noqa: E402
 from lowbit.kernels import quantize as kq  # noqa: E402
+from lowbit.kernels import quantize_fp4_launch as kq4  # noqa: E402
 from lowbit.scaling.blocks import TENSOR, block_amax, expand_scale  # noqa: E402
 from lowbit.scaling.delayed import DelayedScalingState  # noqa: E402
 from lowbit.scaling.hadamard import random_signs  # noqa: E402
@@ -174,7 +175,7 @@ def make_calls(name, kind, recipe, role, transposed, x):
                 lambda: FP8Tensor.from_float(x, recipe, role, state=st_r), states, ())
     signs = random_signs(7, dev) if "RHT" in name else None
     g_f, g_r = torch.Generator(device=dev).manual_seed(1), torch.Generator(device=dev).manual_seed(1)
-    return (lambda: kq.quantize_fp4_triton(x, recipe, role, g_f, signs),
+    return (lambda: kq4.quantize_fp4_triton(x, recipe, role, g_f, signs),
             lambda: cast.quantize_fp4(x, recipe, role, g_r, signs, backend="torch"), None,
             (g_f,) if dev.type == "cuda" else ())
 
@@ -311,6 +312,7 @@ def sweep_rows():
            "prefetch": dict(stream_prefetch=T),
            "16/thread prefetch": dict(stream_elems=lambda x: 8192, stream_prefetch=T)}
     rows += [(label, dict(lean_nan, **g), stream) for label, g in geo.items()]
+    rows += [("amax forward walk", dict(amax_reverse_walk=F), _named("current e4m3", "current e5m2 +T", "nvfp4 1x16"))]
     rows += [("atomic amax", dict(delayed_amax_slots=lambda: False), _named("delayed e4m3", "delayed e4m3 +T")),
              ("current slots", dict(current_amax_slots=T), _named("current e4m3", "current e5m2 +T"))]
     rows += [(f"progs/SM {n}", dict(lean_nan, stream_programs_per_sm=lambda w, n=n: n),
@@ -353,7 +355,11 @@ def rowlocal_sweep_rows():
         out += [(f"rowlocal blocks {w}w", dict(rowlocal_blocks=T, rowlocal_elems=lambda x, w=w: 512 * w,
                                                rowlocal_programs_per_sm=lambda n, w=w: min(32, 40 // w),
                                                rowlocal_maxnreg=lambda n: None), blocks)]
-    fp4 = _named("mxfp4 1x32")
+    fp4, nv = _named("mxfp4 1x32"), _named("nvfp4 1x16")
+    out += [("rowlocal nvfp4 off", dict(rowlocal_nvfp4=F), nv),
+            ("rowlocal nvfp4 prefetch", dict(rowlocal_fp4_prefetch=T), nv),
+            ("rowlocal nvfp4 8192", dict(rowlocal_elems=lambda x: 8192), nv),
+            ("rowlocal nvfp4 2048", dict(rowlocal_elems=lambda x: 2048), nv)]
     out += [("rowlocal fp4", dict(rowlocal_fp4=T), fp4),
             ("rowlocal fp4 prefetch", dict(rowlocal_fp4=T, rowlocal_fp4_prefetch=T), fp4),
             ("rowlocal fp4 finite", dict(rowlocal_fp4=T, rowlocal_fp4_finite=T), fp4),

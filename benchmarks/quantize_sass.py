@@ -52,13 +52,13 @@ class _Recorder:
 def record(variant, shape, launches):
     """Run the launcher for ``variant`` on a meta bf16 tensor; the kernels are replaced by recorders."""
     from benchmarks.quantize import make_calls
-    from lowbit.kernels import quantize as kq
+    from lowbit.kernels import quantize_fp4_launch as kq4
     from lowbit.scaling.hadamard import random_signs
     x = torch.empty(shape, dtype=torch.bfloat16, device="meta")
     name, kind, recipe, role, _ = variant
     if kind == "fp4":  # no generator on meta: the launches do not depend on it
         signs = random_signs(7, "cpu").to("meta") if "RHT" in name else None
-        fused = lambda: kq.quantize_fp4_triton(x, recipe, role, None, signs)  # noqa: E731
+        fused = lambda: kq4.quantize_fp4_triton(x, recipe, role, None, signs)  # noqa: E731
     else:
         fused = make_calls(*variant, x)[0]
     try:
@@ -277,6 +277,7 @@ def patch_launcher(sets):
     """The launcher made to believe it drives an sm_90 GPU with 132 SMs (the H200), its kernels
     replaced by recorders; ``sets``: "name=value" replacements of quantize_policy functions."""
     from lowbit.kernels import quantize as kq
+    from lowbit.kernels import quantize_fp4_launch as kq4
     pol = kq.policy
     kq._runnable = lambda x: True
     pol.hw_cvt = lambda x: 3 if pol.cvt_handles_nan() else 2 if pol.cvt_saturates() else 1
@@ -297,6 +298,8 @@ def patch_launcher(sets):
         for n, v in vars(mod).items():
             setattr(fake, n, _Recorder(n, v, launches) if n.endswith("_kernel") and hasattr(v, "fn") else v)
         setattr(kq, modname, fake)
+        if hasattr(kq4, modname):  # the FP4 launchers' own references to the kernel modules
+            setattr(kq4, modname, fake)
     return launches
 
 

@@ -424,7 +424,7 @@ def gluon_support(qa, sa, qb, sb, mode, out_dtype=torch.bfloat16, bias=None, con
                              or not bias.is_floating_point() or bias.device != qa.device):
         return "bias must be a 1-D float tensor of length N on the operands' device"
     from .gemm_gluon_ws import WS_CONFIGS, promote_config
-    name = config or promote_config(M, N, mode, bias is not None)
+    name = config or promote_config(M, N, mode)
     if name in WS_CONFIGS:
         fast, bn = WS_CONFIGS[name][:2]
         if mode.startswith("blockwise") and (fast or bn != 128):
@@ -460,7 +460,7 @@ def gluon_scaled_mm(qa, sa, qb, sb, mode: str, out_dtype=torch.bfloat16, bias=No
     M, K = qa.shape
     N = qb.shape[1]
     from .gemm_gluon_ws import WS_CONFIGS, promote_config, ws_scaled_mm
-    name = config or promote_config(M, N, mode, bias is not None)
+    name = config or promote_config(M, N, mode)
     if out is None:
         out = torch.empty((M, N), dtype=out_dtype, device=qa.device)
     elif out.shape != (M, N) or out.dtype != out_dtype or out.device != qa.device:

@@ -44,15 +44,15 @@ scales are then one coalesced run instead of one 32-byte sector a row or column.
 version with strided scales 1.39, the plain-Triton kernel 1.70), errors equal to the plain-Triton
 kernel's on the same codes.
 
-``EPI_OVERLAP`` (``ws_s3_g16_eo``, the default for tensorwise and rowwise without a bias from
-8192 x 8192 outputs up): a tile's epilogue (scales, bias, cast, stores) runs after the next tile's
+``EPI_OVERLAP`` (``ws_s3_g16_eo``, the default for tensorwise and rowwise from 8192 x 8192
+outputs up): a tile's epilogue (scales, bias, cast, stores) runs after the next tile's
 first stage has issued its two wgmmas, so the tensor cores work through it (the accumulator, 64
 registers, is carried into the next tile, where t0 / t1 are not yet live: the same 192-register
 peak); the program's last tile's epilogue follows its loop. The same bits as without it. H200
 (session 7, interleaved A/B, ``benchmarks/gemm_ab.py``): +1 to +3% for tensorwise and rowwise, -2
 to -3% for blockwise (not used there). ``ws_s3_eo`` (GROUP_M 8) and 240 consumer registers were no
-better. With a bias it compiles with the same schedule but is not yet checked on the GPU, so
-biased calls keep ``ws_s3_g16``.
+better. With a bias (session 8, 8200x8320x4160, bf16 bias): the same bits as ``ws_s3_g16``,
+0.811 / 0.881 against 0.800 / 0.868 of cuBLAS (tensorwise / rowwise).
 
 ``FAST`` configurations (``wsfast_*``): no promotion (cuBLAS ``use_fast_accum``), every chunk's
 wgmma accumulates into one accumulator, so 128x256 tiles fit (128 registers); slower than the
@@ -365,23 +365,23 @@ WS_CONFIGS = {
 WS_DEFAULT = {"promote": "ws_s3", "fast": "wsfast_n256_s4"}  # fp8_scaled_mm(variant="ws")
 
 
-def promote_config(M: int, N: int, mode: str = "tensorwise", has_bias: bool = False) -> str:
+def promote_config(M: int, N: int, mode: str = "tensorwise") -> str:
     """The promoting configuration for an (M, N) output: GROUP_M 16 from 8192 x 8192 up, 8 below;
-    there, tensorwise and rowwise without a bias with the epilogue under the next tile's first
-    wgmmas (``_eo``: with a bias it compiles and keeps its schedule, but has not been checked on
-    the GPU yet: ``benchmarks/gemm_ab.py --bias`` is that check); blockwise_cols always ``ws_s3``. H200, 2026-12-01: GROUP_M 16 won at 16384x14336x4096 in
+    there, tensorwise and rowwise (with or without a bias) with the epilogue under the next tile's
+    first wgmmas (``_eo``); blockwise_cols always ``ws_s3``. H200, 2026-12-01: GROUP_M 16 won at 16384x14336x4096 in
     both runs, 1.75 / 1.77 vs 1.83 / 1.86 ms, and lost at 2048x4096x4096, 0.097 vs 0.083 ms;
     blockwise_cols at 14336x4096x8192 / 8192^3: 1.22 / 1.43 ms with 8, 1.23 / 1.48 with 16.
     ``ws_s3_g16_eo`` against ``ws_s3_g16`` (session 7, ``benchmarks/gemm_ab.py``, interleaved, ratio
     to cuBLAS in the same round; calls 3 / 4): tensorwise 8192^3 0.948 / 0.947 vs 0.913 / 0.936,
     16384x14336x4096 0.927 / 0.921 vs 0.907 / 0.898; rowwise 8192^3 0.948 / 0.966 vs 0.934 / 0.958,
     16384x14336x4096 0.907 / 0.927 vs 0.900 / 0.907 (the same bits); blockwise lost with it (0.875
-    vs 0.893 at 8192^3, 0.842 vs 0.869 at 16384x14336x4096)."""
+    vs 0.893 at 8192^3, 0.842 vs 0.869 at 16384x14336x4096). With a bias (session 8,
+    8200x8320x4160): tensorwise 0.811 vs 0.800, rowwise 0.881 vs 0.868, the same bits."""
     if mode == "blockwise_cols":
         return "ws_s3"
     if M * N < 8192 * 8192:
         return "ws_s3"
-    return "ws_s3_g16_eo" if mode in ("tensorwise", "rowwise") and not has_bias else "ws_s3_g16"
+    return "ws_s3_g16_eo" if mode in ("tensorwise", "rowwise") else "ws_s3_g16"
 
 
 _BM = _BK = 128

@@ -11,9 +11,8 @@ data and scale bits, shapes and dtypes, same DelayedScalingState update), or Non
   scale; Rowwise: row and column scales, after an amax pass; blocks: each copy with its own block
   scales; the sweep kernels of ``quantize_fp8_transpose_kernels`` / ``quantize_fp8_rowwise_t_kernels``
   where the policy picks them).
-* ``quantize_fp4_triton(x, recipe, role, generator, hadamard_signs)``: MX(elem="e2m1") and NV,
-  with the Hadamard transform fused in and stochastic rounding for NV gradients (the uniforms are
-  the reference's own ``torch.rand(x.shape, generator=generator)`` draw, passed to the kernel).
+
+The FP4 casts (``quantize_fp4_triton``) are launched by ``quantize_fp4_launch`` with the helpers here.
 
 Declined: devices other than CUDA, and CPU unless ``TRITON_INTERPRET=1`` now (read at each call)
 and the kernels were defined under it (``@triton.jit`` decides at definition); dtypes other than
@@ -34,10 +33,8 @@ from typing import Optional
 
 import torch
 
-from ..dtypes.formats import E2M1
-from ..dtypes.fp4_tensor import FP4Tensor
 from ..dtypes.fp8_tensor import FP8Tensor
-from ..scaling.recipes import MX, NV, ROLES, Blockwise, Current, Delayed, Rowwise
+from ..scaling.recipes import MX, ROLES, Blockwise, Current, Delayed, Rowwise
 from . import quantize_fp4_kernels as _k4
 from . import quantize_fp8_block_kernels as _k8b
 from . import quantize_fp8_rowblock_kernels as _k8g
@@ -48,7 +45,7 @@ from . import quantize_policy as policy
 from .interpret import interpreting
 from .launch_math import cdiv, next_pow2
 
-__all__ = ["quantize_fp8_triton", "quantize_fp8_t_triton", "quantize_fp4_triton", "SCAN_SPECS"]
+__all__ = ["quantize_fp8_triton", "quantize_fp8_t_triton", "SCAN_SPECS"]
 
 SCAN_SPECS = (_k8t.SCAN_SPECS + _k8b.SCAN_SPECS + _k8x.SCAN_SPECS + _k8r.SCAN_SPECS + _k8g.SCAN_SPECS
               + _k4.SCAN_SPECS)
@@ -179,7 +176,8 @@ def _fp8_tensorwise(x2, q2, qt, kind, state, transposed, common):
     amax = _fp32(x2, n_amax) if slots else torch.zeros((), dtype=torch.float32, device=x2.device)
     if not delayed:
         _k8t._amax_kernel[(n_amax if slots else programs,)](_arg(x2), amax, R, C, *x2.stride(), n_c, n_tiles,
-                                                           IN_BF16=common["IN_BF16"], AMAX_SLOTS=slots, **walk)
+                                                           IN_BF16=common["IN_BF16"], AMAX_SLOTS=slots,
+                                                           REVERSE=policy.amax_reverse_walk(), **walk)
     _k8t._cast_tensor_kernel[(programs,)](
         _arg(x2), q2, qt, scale, amax, R, C, *x2.stride(), *q2.stride(), n_c, n_tiles, n_amax, DELAYED=delayed,
         WRITE_T=transposed, AMAX_SLOTS=delayed and slots, AMAX_BLOCK=1 if delayed else next_pow2(n_amax),
@@ -430,85 +428,3 @@ def quantize_fp8_triton(x: torch.Tensor, recipe, role: str = "input", state=None
 def quantize_fp8_t_triton(x: torch.Tensor, recipe, role: str = "input", state=None):
     """Fused ``cast.quantize_fp8_t``: ``(q, q_t)`` from one pass over ``x``, or None."""
     return _launch_fp8(x, recipe, role, state, transposed=True)
-
-
-# ---- FP4 ---------------------------------------------------------------------------------------
-
-def _fp4_plan(x, recipe, role, signs):
-    """(nv, stochastic, block, signs on x's device) or None."""
-    if not _accepts(x) or role not in ROLES or x.shape[-1] % 2:
-        return None
-    if type(recipe) is NV:
-        nv, stochastic = True, recipe.sr_grads and role == "grad"  # FP4Tensor.from_float's default
-    elif type(recipe) is MX and recipe.format(role) is E2M1:
-        nv, stochastic = False, False
-    else:
-        return None
-    block = recipe.granularity(role)
-    if not (_pow2_block(block.rows) and _pow2_block(block.cols) and block.cols >= 2):
-        return None
-    if block.rows > 1 and x.dim() > 2:  # 2-D blocks tile the last two dims of each matrix
-        return None
-    if signs is not None:
-        if not (isinstance(signs, torch.Tensor) and signs.dtype == torch.float32 and signs.numel() == 16
-                and x.shape[-1] % 16 == 0):
-            return None
-        signs = signs.to(x.device).reshape(16).contiguous()
-    return nv, stochastic, block, signs
-
-
-def _fp4_rowlocal(x2, q, scale, bc: int, n_sc: int, rceil: bool):
-    """MX E2M1 with 1xBC blocks by the row-local walk (``_mx_fp4_rowblock_kernel``; the geometry of
-    ``_fp8_rowlocal``, its own prefetch and finite-tile levers, no register cap)."""
-    R, C = x2.shape
-    n_groups, tr, n_tiles, warps, grid = _rowlocal_grid(x2, bc, n_sc)
-    _k4._mx_fp4_rowblock_kernel[grid](
-        _arg(x2), q, scale, R, C, *x2.stride(), n_sc, n_groups, n_tiles, IN_BF16=x2.dtype == torch.bfloat16,
-        FLAT=x2.is_contiguous() and C % bc == 0, TR=tr, BC=bc, PREFETCH=policy.rowlocal_fp4_prefetch(),
-        FINITE=policy.rowlocal_fp4_finite(), RCEIL=rceil, enable_fp_fusion=False, num_warps=warps)
-
-
-def quantize_fp4_triton(x: torch.Tensor, recipe, role: str = "input", generator: Optional[torch.Generator] = None,
-                        hadamard_signs: Optional[torch.Tensor] = None) -> Optional[FP4Tensor]:
-    """Fused ``cast.quantize_fp4`` (``FP4Tensor.from_float`` after the optional Hadamard), or None.
-
-    NV: the tensor amax kernel, then the cast; MX: the cast alone. Stochastic rounding (NV grads)
-    draws ``torch.rand(x.shape, generator=generator)`` exactly as the reference does and passes it in."""
-    plan = _fp4_plan(x, recipe, role, hadamard_signs)
-    if plan is None:
-        return None
-    nv, stochastic, block, signs = plan
-    x = x.detach()
-    x2 = _rows(x)
-    R, C = x2.shape
-    dev = x.device
-    tr, tc = _tile(x2, R, C, max_c=128)
-    tr, tc = max(tr, block.rows), max(tc, block.cols, 16)  # whole blocks and Hadamard groups per tile
-    amax = torch.zeros((), dtype=torch.float32, device=dev)
-    signs_arg = amax if signs is None else signs
-    common = dict(IN_KIND=_IN_KIND[x.dtype], HADAMARD=signs is not None, TILE_R=tr, TILE_C=tc, **policy.opts(tr * tc))
-    if nv and signs is None and x2.is_contiguous():  # the tensor amax over flat chunks, as for FP8
-        br, bc, n_tiles = _flat_tiles(x2, policy.tile_elems(x2))
-        _k8t._amax_kernel[(min(n_tiles, policy.max_programs(x2, br * bc)),)](
-            _arg(x2), amax, R, C, *x2.stride(), 1, n_tiles, IN_BF16=x.dtype == torch.bfloat16, FLAT=True,
-            BLOCK_R=br, BLOCK_C=bc, AMAX_SLOTS=False, AMAX_VEC=1, PREFETCH=False, **policy.opts(br * bc))
-    elif nv:
-        n_c = cdiv(C, tc)
-        n_tiles = cdiv(R, tr) * n_c
-        _k4._nv_amax_kernel[(min(n_tiles, policy.max_programs(x2, tr * tc)),)](
-            _arg(x2), signs_arg, amax, R, C, *x2.stride(), n_c, n_tiles, **common)
-    u = torch.rand(x.shape, generator=generator, device=dev, dtype=torch.float32) if stochastic else amax
-    q = torch.empty((R, C // 2), dtype=torch.uint8, device=dev)
-    n_sc = cdiv(C, block.cols)
-    scale = torch.empty((cdiv(R, block.rows), n_sc), dtype=torch.uint8, device=dev)
-    g = (torch.empty if nv else torch.ones)((), dtype=torch.float32, device=dev)
-    if not nv and signs is None and block.rows == 1 and block.cols >= 16 and policy.rowlocal_fp4():
-        _fp4_rowlocal(x2, q, scale, block.cols, n_sc, recipe.scale_rule == "rceil")
-    else:
-        _k4._fp4_cast_kernel[(cdiv(R, tr) * cdiv(C, tc),)](
-            _arg(x2), signs_arg, u, amax, q, scale, g, R, C, *x2.stride(), n_sc, NV=nv, STOCHASTIC=stochastic,
-            RCEIL=(not nv) and recipe.scale_rule == "rceil", FAST_DIV=policy.fast_div(), BR=block.rows, BC=block.cols,
-            **common)
-    sdt = torch.float8_e4m3fn if nv else torch.float8_e8m0fnu
-    return FP4Tensor(q.reshape(*x.shape[:-1], C // 2), scale.view(sdt).reshape(block.scale_shape(x.shape)), g,
-                     block, "nv" if nv else "mx", False, x.dtype)

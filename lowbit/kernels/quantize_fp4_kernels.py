@@ -20,8 +20,10 @@ transform); the math is the reference's:
 
 Two passes for NV (the tensor amax: quantize_fp8_tensor_row_kernels' flat ``_amax_kernel``, or
 ``_nv_amax_kernel`` with the Hadamard transform; then ``_fp4_cast_kernel``); one for MX
-(``_fp4_cast_kernel``, or without the Hadamard transform ``_mx_fp4_rowblock_kernel``, the
-row-local walk of ``quantize_fp8_rowblock_kernels``: ``quantize_policy.rowlocal_fp4``).
+(``_fp4_cast_kernel``). Without the Hadamard transform (and for NV without stochastic rounding)
+the cast of 1xBC blocks is a row-local walk (``quantize_fp8_rowblock_kernels``):
+``_mx_fp4_rowblock_kernel`` (``quantize_policy.rowlocal_fp4``), ``_nv_fp4_rowblock_kernel``
+(``rowlocal_nvfp4``).
 """
 from __future__ import annotations
 
@@ -214,6 +216,41 @@ def _mx_fp4_rowblock_kernel(x_ptr, q_ptr, s_ptr, R, C, sxr, sxc, n_sc, n_groups,
             _store_packed(q_ptr, q, g, R, C, n_sc, n_groups, FLAT, BC)
 
 
+@triton.jit
+def _nv_fp4_rowblock_kernel(x_ptr, amax_ptr, q_ptr, s_ptr, g_ptr, R, C, sxr, sxc, n_sc, n_groups, n_tiles,
+                            IN_BF16: tl.constexpr, FLAT: tl.constexpr, TR: tl.constexpr, BC: tl.constexpr,
+                            PREFETCH: tl.constexpr, FAST_DIV: tl.constexpr):
+    """NV E2M1 with 1xBC blocks (no Hadamard transform, round to nearest) by the row-local walk
+    of ``_mx_fp4_rowblock_kernel``, from the tensor amax at ``amax_ptr``: ``_fp4_cast_kernel``'s NV
+    math per block (``s_global``, the UE4M3 block scale, ``y = x / fp32(s_block * s_global)`` by
+    ``_div_rn``); ``s_global`` stored by program 0."""
+    pid = tl.program_id(0)
+    step = tl.num_programs(0)
+    t_amax = tl.load(amax_ptr)
+    gs = tl.div_rn(t_amax, 2688.0)
+    gs = tl.where((t_amax < float("inf")) & (gs > 0), gs, 1.0)
+    if pid == 0:
+        tl.store(g_ptr, gs)
+    if PREFETCH:
+        _, xo, _, mask = _group_offsets(pid, R, C, sxr, sxc, 0, 0, n_sc, n_groups, FLAT, TR, BC)
+        x_next = _load_f32(x_ptr + xo, mask, IN_BF16)
+    else:
+        x_next = 0.0
+    for t in range(pid, n_tiles, step):
+        g, _, mask, x, x_next = _walk_tile(x_ptr, t, step, x_next, R, C, sxr, sxc, 0, 0, n_sc, n_groups, FLAT, TR, BC,
+                                           IN_BF16, PREFETCH)
+        amax = tl.max(tl.where(x == x, _finite_abs(x), float("inf")), axis=1)  # NaN: +inf
+        has_nan = amax == float("inf")
+        tb = tl.div_rn(amax, 6.0)
+        code, s_block = _grid_round(tl.minimum(tl.div_rn(tb, gs), 448.0), tb, -6, 3, False)  # UE4M3, RNE
+        s_block = tl.maximum(s_block, 0.001953125)  # >= 2^-9, the smallest E4M3 subnormal
+        tl.store(s_ptr + g[:, None], tl.where(has_nan, 0x7F, tl.maximum(code, 1)).to(tl.uint8)[:, None],
+                 mask=(g < n_groups)[:, None])
+        p2k, sp, ys = _div_parts(tl.where(has_nan, float("nan"), s_block * gs), FAST_DIV)
+        y = _div_rn(x, p2k[:, None], sp[:, None], ys[:, None], FAST_DIV)
+        _store_packed(q_ptr, _e2m1_packed(y, TR, BC), g, R, C, n_sc, n_groups, FLAT, BC)
+
+
 # ---- representative sm_90 compile configurations (the GPU launches; scanned by lowbit.fma_guard) --------
 
 _XS = {"x_ptr": "*i16", "signs_ptr": "*fp32"}
@@ -231,4 +268,8 @@ SCAN_SPECS = (
               {"x_ptr": "*i16", "q_ptr": "*u8", "s_ptr": "*u8",
                **dict.fromkeys(("R", "C", "sxr", "sxc", "n_sc", "n_groups", "n_tiles"), "i32")},
               dict(IN_BF16=True, FLAT=True, TR=128, BC=32, PREFETCH=True, FINITE=True, RCEIL=False), num_warps=8),
+    scan_spec(_nv_fp4_rowblock_kernel,
+              {"x_ptr": "*i16", "amax_ptr": "*fp32", "q_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32",
+               **dict.fromkeys(("R", "C", "sxr", "sxc", "n_sc", "n_groups", "n_tiles"), "i32")},
+              dict(IN_BF16=True, FLAT=True, TR=256, BC=16, PREFETCH=False, FAST_DIV=True), num_warps=8),
 )

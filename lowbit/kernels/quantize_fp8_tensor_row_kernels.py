@@ -36,12 +36,17 @@ __all__ = ["SCAN_SPECS"]
 
 @triton.jit
 def _finite_amax_again(x_ptr, R, C, sxr, sxc, n_tiles_c, n_tiles, IN_BF16: tl.constexpr, FLAT: tl.constexpr,
-                       BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Finite amax of this program's grid-stride tiles. The streaming loops keep ``max(|x|)`` (one
-    op an element; the hardware max ignores NaN) and call this only when that came out +inf."""
+                       BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, REVERSE: tl.constexpr = False):
+    """Finite amax of this program's grid-stride tiles (``REVERSE``: tiles ``n_tiles - 1 - t``, the
+    set ``_amax_kernel`` walked). The streaming loops keep ``max(|x|)`` (one op an element; the
+    hardware max ignores NaN) and call this only when that came out +inf."""
     acc = tl.zeros([BLOCK_R, BLOCK_C], tl.float32)
     for t in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-        rows, cols, offs, mask = _tile_ptrs(t, n_tiles_c, R, C, sxr, sxc, FLAT, BLOCK_R, BLOCK_C)
+        if REVERSE:
+            u = n_tiles - 1 - t
+        else:
+            u = t
+        rows, cols, offs, mask = _tile_ptrs(u, n_tiles_c, R, C, sxr, sxc, FLAT, BLOCK_R, BLOCK_C)
         acc = tl.maximum(acc, _finite_abs(_load_f32(x_ptr + offs, mask, IN_BF16)))
     return tl.max(tl.max(acc, axis=1), axis=0)
 
@@ -109,19 +114,26 @@ def _get_amax(amax_ptr, n_amax, AMAX_BLOCK: tl.constexpr):
 @triton.jit
 def _amax_kernel(x_ptr, amax_ptr, R, C, sxr, sxc, n_tiles_c, n_tiles,
                  IN_BF16: tl.constexpr, FLAT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
-                 AMAX_SLOTS: tl.constexpr, AMAX_VEC: tl.constexpr, PREFETCH: tl.constexpr):
+                 AMAX_SLOTS: tl.constexpr, AMAX_VEC: tl.constexpr, PREFETCH: tl.constexpr, REVERSE: tl.constexpr):
     """Finite amax of a (R, C) tensor: by atomic_max into a zero-initialised fp32 scalar, or one
     slot a program (``AMAX_SLOTS``). Grid-stride over tiles (``FLAT``: contiguous chunks); kept
     elementwise (``_acc_max``) across the program's tiles and reduced once: one atomic (or store)
-    per program."""
+    per program. ``REVERSE`` (no prefetch then): grid-stride step i takes tile ``n_tiles - 1 - t``,
+    so the tiles read last are the first ones, which a cast walking forward reads first (from L2
+    where they still are); the max is the same in any order."""
+    PF: tl.constexpr = PREFETCH and not REVERSE
     acc = tl.zeros([BLOCK_R, BLOCK_C // AMAX_VEC], tl.float32)
-    x_next = _prefetch(x_ptr, tl.program_id(0), n_tiles_c, R, C, sxr, sxc, IN_BF16, FLAT, BLOCK_R, BLOCK_C, PREFETCH)
+    x_next = _prefetch(x_ptr, tl.program_id(0), n_tiles_c, R, C, sxr, sxc, IN_BF16, FLAT, BLOCK_R, BLOCK_C, PF)
     for t in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-        x, x_next = _tile_x(x_ptr, t, x_next, n_tiles_c, R, C, sxr, sxc, IN_BF16, FLAT, BLOCK_R, BLOCK_C, PREFETCH)
+        if REVERSE:
+            u = n_tiles - 1 - t
+        else:
+            u = t
+        x, x_next = _tile_x(x_ptr, u, x_next, n_tiles_c, R, C, sxr, sxc, IN_BF16, FLAT, BLOCK_R, BLOCK_C, PF)
         acc = _acc_max(acc, tl.abs(x), BLOCK_R, BLOCK_C, AMAX_VEC)  # max ignores NaN
     amax = tl.max(tl.max(acc, axis=1), axis=0)
     if amax == float("inf"):  # rare: an inf in this program's tiles; again, without it
-        amax = _finite_amax_again(x_ptr, R, C, sxr, sxc, n_tiles_c, n_tiles, IN_BF16, FLAT, BLOCK_R, BLOCK_C)
+        amax = _finite_amax_again(x_ptr, R, C, sxr, sxc, n_tiles_c, n_tiles, IN_BF16, FLAT, BLOCK_R, BLOCK_C, REVERSE)
     _put_amax(amax_ptr, amax, AMAX_SLOTS)
 
 
@@ -304,7 +316,8 @@ _E4M3 = dict(FMAX=448.0, EMIN=-6, MBITS=3, IS_E4M3=True, HW_CVT=1, FAST_DIV=True
 SCAN_SPECS = (
     scan_spec(_amax_kernel,
               {"x_ptr": "*i16", "amax_ptr": "*fp32", **_I32, "n_tiles_c": "i32", "n_tiles": "i32"},
-              dict(IN_BF16=True, FLAT=True, BLOCK_R=8, BLOCK_C=512, AMAX_SLOTS=False, AMAX_VEC=1, PREFETCH=False)),
+              dict(IN_BF16=True, FLAT=True, BLOCK_R=8, BLOCK_C=512, AMAX_SLOTS=False, AMAX_VEC=1, PREFETCH=False,
+                   REVERSE=True)),
     scan_spec(_row_col_amax_kernel,
               {"x_ptr": "*i16", "row_ptr": "*fp32", "col_ptr": "*fp32", **_I32, "rows_per_prog": "i32"},
               dict(IN_BF16=True, BLOCK_R=32, BLOCK_C=128)),

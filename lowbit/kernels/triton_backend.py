@@ -19,6 +19,7 @@ long tensor-core accumulation (no promotion), for callers who register it under 
 from __future__ import annotations
 
 import functools
+import importlib
 from typing import Optional
 
 import torch
@@ -82,11 +83,10 @@ def triton_scaled_mm(a, b, out_dtype=torch.float32, bias=None, *, fast_accum: bo
     return fp4_weight_only_mm(a, b, out_dtype, bias)
 
 
-def _fused_cast(name: str):
-    """The fused cast ``lowbit.kernels.quantize.<name>`` (imported on first use)."""
+def _fused_cast(name: str, module: str = "quantize"):
+    """The fused cast ``lowbit.kernels.<module>.<name>`` (imported on first use)."""
     def cast(x, *args):
-        from . import quantize
-        return getattr(quantize, name)(x, *args)
+        return getattr(importlib.import_module(f"{__package__}.{module}"), name)(x, *args)
     cast.__name__ = name
     return cast
 
@@ -100,7 +100,7 @@ def make_backend(name: str = "triton", priority: int = 10, fast_accum: bool = Fa
                    supports=triton_supports, priority=priority, devices=("cuda",), fast_accum=True,
                    quantize_fp8=_fused_cast("quantize_fp8_triton"),
                    quantize_fp8_t=_fused_cast("quantize_fp8_t_triton"),
-                   quantize_fp4=_fused_cast("quantize_fp4_triton"))
+                   quantize_fp4=_fused_cast("quantize_fp4_triton", "quantize_fp4_launch"))
 
 
 TRITON_BACKEND = make_backend()

@@ -22,6 +22,7 @@ from lowbit.dtypes.fp8_tensor import FP8Tensor
 from lowbit.dtypes.formats import E4M3
 from lowbit.kernels import cast
 from lowbit.kernels import quantize as kq
+from lowbit.kernels import quantize_fp4_launch as kq4
 from lowbit.kernels import quantize_fp4_kernels, quantize_fp8_block_kernels, quantize_fp8_rowblock_kernels, \
     quantize_fp8_rowwise_t_kernels, quantize_fp8_tensor_row_kernels, quantize_fp8_transpose_kernels, quantize_jit_helpers
 from lowbit.scaling.blocks import Block, block_amax
@@ -98,7 +99,7 @@ def check_fp8(x, recipe, role, transposed=False):
 def check_fp4(x, recipe, role, signs=None, seed=0):
     g_ref, g_got = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
     ref = cast.quantize_fp4(x, recipe, role, g_ref, signs, backend="torch")
-    got = kq.quantize_fp4_triton(x, recipe, role, g_got, signs)
+    got = kq4.quantize_fp4_triton(x, recipe, role, g_got, signs)
     assert_fp4(got, ref, f"{recipe} {role} hadamard={signs is not None}")
     assert torch.equal(g_got.get_state(), g_ref.get_state()), "the kernel must consume the generator as the reference"
     return got
@@ -328,7 +329,7 @@ def test_fp4_layouts_edges_and_tiles():
 
 def test_declines_return_none(monkeypatch):
     x = specials((8, 64))
-    fp8, fp8_t, fp4 = kq.quantize_fp8_triton, kq.quantize_fp8_t_triton, kq.quantize_fp4_triton
+    fp8, fp8_t, fp4 = kq.quantize_fp8_triton, kq.quantize_fp8_t_triton, kq4.quantize_fp4_triton
 
     class MyCurrent(Current):
         pass

@@ -34,6 +34,8 @@ LEVERS = {
     "current amax slots": dict(current_amax_slots=lambda: True),
     "prefetch": dict(stream_prefetch=lambda: True),
     "prefetch lean slots": dict(stream_prefetch=lambda: True, lean_cast=lambda: True, current_amax_slots=lambda: True),
+    "amax forward walk": dict(amax_reverse_walk=lambda: False),
+    "amax forward walk, prefetch": dict(amax_reverse_walk=lambda: False, stream_prefetch=lambda: True),
     "stream 2048": dict(stream_elems=lambda x: 2048),
     "stream 8192, 8 warps": dict(stream_elems=lambda x: 8192, stream_warps=lambda e: 8),
     "one program": dict(stream_programs=lambda x, w: 1),
@@ -265,7 +267,8 @@ class _Spy:
 def _spy(monkeypatch):
     seen = []
     for mod, name in ((kq._k8g, "_cast_rowblock_kernel"), (kq._k8b, "_cast_blocks_kernel"),
-                      (kq._k8t, "_cast_rows_kernel"), (kq._k4, "_mx_fp4_rowblock_kernel"), (kq._k4, "_fp4_cast_kernel")):
+                      (kq._k8t, "_cast_rows_kernel"), (kq._k4, "_mx_fp4_rowblock_kernel"), (kq._k4, "_fp4_cast_kernel"),
+                      (kq._k4, "_nv_fp4_rowblock_kernel")):
         monkeypatch.setattr(mod, name, _Spy(name, getattr(mod, name), seen))
     return seen
 
@@ -365,9 +368,8 @@ def test_rowlocal_fp4_bit_exact_and_launched(prefetch, finite, monkeypatch):
     """rowlocal_fp4: MX E2M1 (floor and rceil, 1x32 and 1x16 blocks) by ``_mx_fp4_rowblock_kernel``,
     bit-exact with the reference (data, E8M0 scales, global scale) for bf16 / fp16 / fp32, blocks
     that are all NaN / inf / zero / subnormal, ragged, non-contiguous and 3-D inputs; with the
-    Hadamard transform (and for NV) ``_fp4_cast_kernel`` as before."""
+    Hadamard transform ``_fp4_cast_kernel`` as before."""
     from lowbit.scaling.hadamard import random_signs
-    from lowbit.scaling.recipes import NV
     monkeypatch.setattr(kq.policy, "rowlocal_fp4", lambda: True)
     monkeypatch.setattr(kq.policy, "rowlocal_fp4_prefetch", lambda: prefetch)
     monkeypatch.setattr(kq.policy, "rowlocal_fp4_finite", lambda: finite)
@@ -380,10 +382,33 @@ def test_rowlocal_fp4_bit_exact_and_launched(prefetch, finite, monkeypatch):
             check_fp4(x, recipe, "input")
             assert [(s[0], s[2]["PREFETCH"], s[2]["FINITE"]) for s in seen] == [
                 ("_mx_fp4_rowblock_kernel", prefetch, finite)], seen
-    for args in ((MX(elem="e2m1"), "input", random_signs(3)), (NV(), "input", None)):
+    seen.clear()
+    check_fp4(base, MX(elem="e2m1"), "input", random_signs(3))
+    assert [s[0] for s in seen] == ["_fp4_cast_kernel"], seen
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_rowlocal_nvfp4_bit_exact_and_launched(prefetch, monkeypatch):
+    """rowlocal_nvfp4: NV E2M1 with 1x16 blocks by ``_nv_fp4_rowblock_kernel`` after the tensor
+    amax, bit-exact with the reference (data, UE4M3 block scales, FP32 tensor scale) on the inputs
+    of the MX test (NaN / inf / zero / subnormal blocks, ragged, non-contiguous, 3-D; a tensor whose
+    amax is inf: tensor scale 1); 16x16 weight blocks, stochastic rounding of gradients and the
+    Hadamard transform keep ``_fp4_cast_kernel``."""
+    from lowbit.scaling.hadamard import random_signs
+    from lowbit.scaling.recipes import NV
+    monkeypatch.setattr(kq.policy, "rowlocal_nvfp4", lambda: True)
+    monkeypatch.setattr(kq.policy, "rowlocal_fp4_prefetch", lambda: prefetch)
+    seen = _spy(monkeypatch)
+    xs = _rowlocal_inputs(70, specials_bits((10, 100), seed=73).t())
+    finite = xs[-1]
+    for x in xs + [finite * 1e-30, torch.zeros(8, 64)]:
         seen.clear()
-        check_fp4(base, args[0], args[1], args[2])
-        assert "_fp4_cast_kernel" in [s[0] for s in seen] and "_mx_fp4_rowblock_kernel" not in [s[0] for s in seen]
+        check_fp4(x, NV(), "input")
+        assert [(s[0], s[2]["PREFETCH"]) for s in seen] == [("_nv_fp4_rowblock_kernel", prefetch)], seen
+    for recipe, role, signs in ((NV(), "weight", None), (NV(), "grad", None), (NV(), "input", random_signs(5))):
+        seen.clear()
+        check_fp4(finite, recipe, role, signs)
+        assert [s[0] for s in seen] == ["_fp4_cast_kernel"], (role, seen)
 
 
 _ROWLOCAL_SCRIPT = textwrap.dedent("""
