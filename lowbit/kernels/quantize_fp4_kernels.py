@@ -30,7 +30,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .quantize_fp8_rowblock_kernels import _group_offsets, _walk_tile
+from .quantize_fp8_rowblock_kernels import _walk_first, _walk_tile
 from .quantize_jit_helpers import _block_expand, _block_max, _div_parts, _div_rn, _finite_abs, _grid_round, \
     _load_f32, _mx_exponent, _pow2, scan_spec
 
@@ -187,11 +187,7 @@ def _mx_fp4_rowblock_kernel(x_ptr, q_ptr, s_ptr, R, C, sxr, sxc, n_sc, n_groups,
     without NaN handling (y = x * 2^-k is finite and has x's sign)."""
     pid = tl.program_id(0)
     step = tl.num_programs(0)
-    if PREFETCH:
-        _, xo, _, mask = _group_offsets(pid, R, C, sxr, sxc, 0, 0, n_sc, n_groups, FLAT, TR, BC)
-        x_next = _load_f32(x_ptr + xo, mask, IN_BF16)
-    else:
-        x_next = 0.0
+    x_next = _walk_first(x_ptr, pid, R, C, sxr, sxc, n_sc, n_groups, FLAT, TR, BC, IN_BF16, PREFETCH)
     for t in range(pid, n_tiles, step):
         g, _, mask, x, x_next = _walk_tile(x_ptr, t, step, x_next, R, C, sxr, sxc, 0, 0, n_sc, n_groups, FLAT, TR, BC,
                                            IN_BF16, PREFETCH)
@@ -231,11 +227,7 @@ def _nv_fp4_rowblock_kernel(x_ptr, amax_ptr, q_ptr, s_ptr, g_ptr, R, C, sxr, sxc
     gs = tl.where((t_amax < float("inf")) & (gs > 0), gs, 1.0)
     if pid == 0:
         tl.store(g_ptr, gs)
-    if PREFETCH:
-        _, xo, _, mask = _group_offsets(pid, R, C, sxr, sxc, 0, 0, n_sc, n_groups, FLAT, TR, BC)
-        x_next = _load_f32(x_ptr + xo, mask, IN_BF16)
-    else:
-        x_next = 0.0
+    x_next = _walk_first(x_ptr, pid, R, C, sxr, sxc, n_sc, n_groups, FLAT, TR, BC, IN_BF16, PREFETCH)
     for t in range(pid, n_tiles, step):
         g, _, mask, x, x_next = _walk_tile(x_ptr, t, step, x_next, R, C, sxr, sxc, 0, 0, n_sc, n_groups, FLAT, TR, BC,
                                            IN_BF16, PREFETCH)

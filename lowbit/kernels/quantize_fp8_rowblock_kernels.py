@@ -64,6 +64,19 @@ def _group_offsets(t, R, C, sxr, sxc, sqr, sqc, n_sc, n_groups, FLAT: tl.constex
 
 
 @triton.jit
+def _walk_first(x_ptr, pid, R, C, sxr, sxc, n_sc, n_groups, FLAT: tl.constexpr, TR: tl.constexpr, BC: tl.constexpr,
+                IN_BF16: tl.constexpr, PREFETCH: tl.constexpr):
+    """The ``x_next`` a grid-stride walk starts with: program ``pid``'s first tile with
+    ``PREFETCH`` (a scalar placeholder otherwise)."""
+    if PREFETCH:
+        _, xo, _, mask = _group_offsets(pid, R, C, sxr, sxc, 0, 0, n_sc, n_groups, FLAT, TR, BC)
+        x_next = _load_f32(x_ptr + xo, mask, IN_BF16)
+    else:
+        x_next = 0.0
+    return x_next
+
+
+@triton.jit
 def _walk_tile(x_ptr, t, step, x_next, R, C, sxr, sxc, sqr, sqc, n_sc, n_groups, FLAT: tl.constexpr,
                TR: tl.constexpr, BC: tl.constexpr, IN_BF16: tl.constexpr, PREFETCH: tl.constexpr):
     """Tile t of a grid-stride walk (stride ``step``): (g, q offsets, mask, x, the next x). With
@@ -144,11 +157,7 @@ def _cast_rowblock_kernel(x_ptr, q_ptr, s_ptr, R, C, sxr, sxc, sqr, sqc, n_sc, n
     those bits and ``_codes_all_finite``; the others (and every tile without it) ``_codes_any``."""
     pid = tl.program_id(0)
     step = tl.num_programs(0)
-    if PREFETCH:
-        _, xo, _, mask = _group_offsets(pid, R, C, sxr, sxc, sqr, sqc, n_sc, n_groups, FLAT, TR, BC)
-        x_next = _load_f32(x_ptr + xo, mask, IN_BF16)
-    else:
-        x_next = 0.0
+    x_next = _walk_first(x_ptr, pid, R, C, sxr, sxc, n_sc, n_groups, FLAT, TR, BC, IN_BF16, PREFETCH)
     for t in range(pid, n_tiles, step):
         g, qo, mask, x, x_next = _walk_tile(x_ptr, t, step, x_next, R, C, sxr, sxc, sqr, sqc, n_sc, n_groups, FLAT,
                                             TR, BC, IN_BF16, PREFETCH)
