@@ -35,6 +35,16 @@ __all__ = ["SCAN_SPECS"]
 
 
 @triton.jit
+def _walk_index(t, n_tiles, REVERSE: tl.constexpr):
+    """The tile grid-stride step t takes: t, or ``n_tiles - 1 - t`` walking last to first."""
+    if REVERSE:
+        u = n_tiles - 1 - t
+    else:
+        u = t
+    return u
+
+
+@triton.jit
 def _finite_amax_again(x_ptr, R, C, sxr, sxc, n_tiles_c, n_tiles, IN_BF16: tl.constexpr, FLAT: tl.constexpr,
                        BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, REVERSE: tl.constexpr = False):
     """Finite amax of this program's grid-stride tiles (``REVERSE``: tiles ``n_tiles - 1 - t``, the
@@ -42,10 +52,7 @@ def _finite_amax_again(x_ptr, R, C, sxr, sxc, n_tiles_c, n_tiles, IN_BF16: tl.co
     hardware max ignores NaN) and call this only when that came out +inf."""
     acc = tl.zeros([BLOCK_R, BLOCK_C], tl.float32)
     for t in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-        if REVERSE:
-            u = n_tiles - 1 - t
-        else:
-            u = t
+        u = _walk_index(t, n_tiles, REVERSE)
         rows, cols, offs, mask = _tile_ptrs(u, n_tiles_c, R, C, sxr, sxc, FLAT, BLOCK_R, BLOCK_C)
         acc = tl.maximum(acc, _finite_abs(_load_f32(x_ptr + offs, mask, IN_BF16)))
     return tl.max(tl.max(acc, axis=1), axis=0)
@@ -125,11 +132,8 @@ def _amax_kernel(x_ptr, amax_ptr, R, C, sxr, sxc, n_tiles_c, n_tiles,
     acc = tl.zeros([BLOCK_R, BLOCK_C // AMAX_VEC], tl.float32)
     x_next = _prefetch(x_ptr, tl.program_id(0), n_tiles_c, R, C, sxr, sxc, IN_BF16, FLAT, BLOCK_R, BLOCK_C, PF)
     for t in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-        if REVERSE:
-            u = n_tiles - 1 - t
-        else:
-            u = t
-        x, x_next = _tile_x(x_ptr, u, x_next, n_tiles_c, R, C, sxr, sxc, IN_BF16, FLAT, BLOCK_R, BLOCK_C, PF)
+        x, x_next = _tile_x(x_ptr, _walk_index(t, n_tiles, REVERSE), x_next, n_tiles_c, R, C, sxr, sxc, IN_BF16, FLAT,
+                            BLOCK_R, BLOCK_C, PF)
         acc = _acc_max(acc, tl.abs(x), BLOCK_R, BLOCK_C, AMAX_VEC)  # max ignores NaN
     amax = tl.max(tl.max(acc, axis=1), axis=0)
     if amax == float("inf"):  # rare: an inf in this program's tiles; again, without it
