@@ -282,13 +282,20 @@ def sweep_rows():
                 stream_warps=lambda e: kq.policy.opts(e)["num_warps"])
     t_casts = _named("block 1x128 +T", "rowwise e4m3 +T", "block 128x128 +T")
     block_t, rowwise_t = _named("block 1x128 +T"), _named("rowwise e4m3 +T")
-    rows = [("T old", dict(block_t_tiles=F, rowwise_t_tiles=F, square_t_kernel=F), t_casts),
-            ("T sweep 16 rows", dict(block_t_sweep_rows=lambda: 16), block_t),
-            ("T sweep 8w", dict(t_sweep_warps=lambda e: 8), block_t),
-            ("T sweep prefetch", dict(block_t_sweep_prefetch=T), block_t),
-            ("T sweep 64 rows", dict(block_t_sweep_rows=lambda: 64), block_t),
-            ("T sweep 64 rows prefetch", dict(block_t_sweep_rows=lambda: 64, block_t_sweep_prefetch=T), block_t),
-            ("T sweep 256 cols 32 rows", dict(block_t_tile=lambda: 256), block_t)]
+    both_t = block_t + rowwise_t
+    rows = [("cols T not split", dict(block_t_split=F, rowwise_t_split=F), both_t),
+            ("cols T forward", dict(cols_t_reverse=F), both_t)]
+    rows += [(f"cols T {c} cols {w}w", dict(cols_t_cols=lambda c=c: c, cols_t_warps=lambda e, w=w: w), block_t)
+             for c, w in ((32, 1), (16, 1), (64, 1), (32, 2), (128, 4))]
+    rows += [(f"cols T {r}x{c} {w}w", dict(cols_t_rows=lambda r=r: r, cols_t_cols=lambda c=c: c,
+                                         cols_t_warps=lambda e, w=w: w), rowwise_t)
+             for r, c, w in ((64, 64, 1), (32, 64, 1), (64, 32, 1), (128, 32, 1), (32, 128, 1), (64, 128, 2),
+                             (128, 64, 2))]
+    rows += [(f"cols T maxnreg {n}", dict(cols_t_maxnreg=lambda w, n=n: n), both_t) for n in (128, 168)]
+    rows += [("T old", dict(block_t_tiles=F, rowwise_t_tiles=F, square_t_kernel=F, block_t_split=F,
+                            rowwise_t_split=F), t_casts),
+             ("T sweep 16 rows", dict(block_t_sweep_rows=lambda: 16, block_t_split=F), block_t),
+             ("T sweep 8w", dict(t_sweep_warps=lambda e: 8, block_t_split=F), block_t)]
     rows += [(f"rowwise amax {p}x{r}x{c}", dict(rowwise_t_amax_tile=lambda x, t=(p, r, c): t), rowwise_t)
              for p, r, c in ((256, 32, 64), (512, 64, 64), (128, 64, 64), (256, 32, 128), (512, 32, 128))]
     rows += [("square T blocks kernel", dict(square_t_kernel=F), _named("block 128x128 +T")),
@@ -299,9 +306,10 @@ def sweep_rows():
     rows += [("square T one read maxnreg 80", dict(square_t_one_read_maxnreg=lambda w: 80), _named("block 128x128 +T"))]
     rows += [(f"tensorwise T maxnreg {n}", dict(transpose_maxnreg=lambda w, n=n: n),
               _named("delayed e4m3 +T", "current e5m2 +T")) for n in (64, 56)]
-    rows += [("rowwise T sweep 256 rows", dict(rowwise_t_sweep_rows=lambda: (256, 32)), rowwise_t),
-             ("rowwise T sweep 16-row slices", dict(rowwise_t_sweep_rows=lambda: (128, 16)), rowwise_t),
-             ("rowwise T sweep 8w", dict(t_sweep_warps=lambda e: 8), rowwise_t)]
+    rows += [("rowwise T sweep 256 rows", dict(rowwise_t_sweep_rows=lambda: (256, 32), rowwise_t_split=F), rowwise_t),
+             ("rowwise T sweep 16-row slices", dict(rowwise_t_sweep_rows=lambda: (128, 16), rowwise_t_split=F),
+              rowwise_t),
+             ("rowwise T sweep 8w", dict(t_sweep_warps=lambda e: 8, rowwise_t_split=F), rowwise_t)]
     rows += [("session-3 defaults", prev, fp8), ("lean", lean, fp8), ("lean+nan", lean_nan, fp8),
             ("lean+nan best", dict(lean_nan, stream_elems=lambda x: 8192, block_chunks=lambda: 4,
                                    current_amax_slots=T), fp8)]

@@ -37,6 +37,7 @@ from ..dtypes.fp8_tensor import FP8Tensor
 from ..scaling.recipes import MX, ROLES, Blockwise, Current, Delayed, Rowwise
 from . import quantize_fp4_kernels as _k4
 from . import quantize_fp8_block_kernels as _k8b
+from . import quantize_fp8_cols_t_kernels as _k8c
 from . import quantize_fp8_rowblock_kernels as _k8g
 from . import quantize_fp8_rowwise_t_kernels as _k8r
 from . import quantize_fp8_tensor_row_kernels as _k8t
@@ -47,8 +48,8 @@ from .launch_math import cdiv, next_pow2
 
 __all__ = ["quantize_fp8_triton", "quantize_fp8_t_triton", "SCAN_SPECS"]
 
-SCAN_SPECS = (_k8t.SCAN_SPECS + _k8b.SCAN_SPECS + _k8x.SCAN_SPECS + _k8r.SCAN_SPECS + _k8g.SCAN_SPECS
-              + _k4.SCAN_SPECS)
+SCAN_SPECS = (_k8t.SCAN_SPECS + _k8b.SCAN_SPECS + _k8x.SCAN_SPECS + _k8r.SCAN_SPECS + _k8c.SCAN_SPECS
+              + _k8g.SCAN_SPECS + _k4.SCAN_SPECS)
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _IN_KIND = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
@@ -214,7 +215,7 @@ def _fp8_rowwise(x2, q2, qt, transposed, common):
     and column amax by the atomic amax kernel, then ``_cast_rowwise_kernel``.
     Returns (row scales, column scales)."""
     R, C = x2.shape
-    if not transposed and policy.rowlocal_rows() and next_pow2(C) <= policy.rowlocal_max_cols():
+    if not transposed and _rowlocal_rowwise(C):
         scale = _fp32(x2, R)
         _fp8_rowlocal(x2, q2, scale, next_pow2(C), 1, dict(common, MX=False, RCEIL=False, ELEM_EMAX=0,
                                                            LOG2_FMAX=0))
@@ -227,6 +228,8 @@ def _fp8_rowwise(x2, q2, qt, transposed, common):
                                                      BLOCK_R=br, BLOCK_C=bc, **common, enable_fp_fusion=False,
                                                      num_warps=policy.rows_warps(br * bc))
         return scale, scale
+    if policy.rowwise_t_split() and _rowlocal_rowwise(C):
+        return _fp8_rowwise_t_split(x2, q2, qt, common)
     if policy.rowwise_t_tiles():
         return _fp8_rowwise_t_tiles(x2, q2, qt, common)
     # pass 1: row and column amax, programs of ~256 rows x 128 columns
@@ -278,21 +281,34 @@ def _maxnreg(n) -> dict:
     return {} if n is None else dict(maxnreg=n)
 
 
+def _rowlocal_rowwise(C: int) -> bool:
+    """The rowwise cast without a transposed copy goes by the row-local walk."""
+    return policy.rowlocal_rows() and next_pow2(C) <= policy.rowlocal_max_cols()
+
+
+def _rowwise_t_amax(x2, common, row_slots: bool, reverse: bool):
+    """``_rowwise_t_amax2d_kernel``: (row slots or None, column slots, slot rows of each) for
+    programs of ``rowwise_t_amax_tile``."""
+    R, C = x2.shape
+    prog_r, sub_r, tc = policy.rowwise_t_amax_tile(x2)
+    sub_r, tc = min(sub_r, next_pow2(R)), min(tc, next_pow2(C))
+    prog_r = max(sub_r, min(prog_r, next_pow2(R)))
+    pr, pc = cdiv(R, prog_r), cdiv(C, tc)
+    cslot = torch.empty((pr, C), dtype=torch.int32, device=x2.device)
+    rslot = torch.empty((pc, R), dtype=torch.int32, device=x2.device) if row_slots else cslot
+    _k8r._rowwise_t_amax2d_kernel[(pr * pc,)](_arg(x2), rslot, cslot, R, C, *x2.stride(), IN_BF16=common["IN_BF16"],
+                                              PROG_R=prog_r, SUB_R=sub_r, TILE_C=tc, ROW_SLOTS=row_slots,
+                                              REVERSE=reverse, num_warps=max(1, min(8, sub_r * tc // 256)))
+    return (rslot if row_slots else None), cslot, pr, pc
+
+
 def _fp8_rowwise_t_tiles(x2, q2, qt, common):
     """Rowwise with the transposed copy in three launches (``quantize_fp8_rowwise_t_kernels``):
     row and column partial-amax slots (programs of ``rowwise_t_amax_tile``), row and column scales
     from the slots, then the sweep cast writing both copies. Returns (row scales, column scales)."""
     R, C = x2.shape
     scale, ys_r, st, ys_c = _fp32(x2, R), _fp32(x2, R), _fp32(x2, C), _fp32(x2, C)
-    prog_r, sub_r, tc = policy.rowwise_t_amax_tile(x2)
-    sub_r, tc = min(sub_r, next_pow2(R)), min(tc, next_pow2(C))
-    prog_r = max(sub_r, min(prog_r, next_pow2(R)))
-    pr, pc = cdiv(R, prog_r), cdiv(C, tc)
-    rslot = torch.empty((pc, R), dtype=torch.int32, device=x2.device)
-    cslot = torch.empty((pr, C), dtype=torch.int32, device=x2.device)
-    _k8r._rowwise_t_amax2d_kernel[(pr * pc,)](_arg(x2), rslot, cslot, R, C, *x2.stride(), IN_BF16=common["IN_BF16"],
-                                              PROG_R=prog_r, SUB_R=sub_r, TILE_C=tc,
-                                              num_warps=max(1, min(8, sub_r * tc // 256)))
+    rslot, cslot, pr, pc = _rowwise_t_amax(x2, common, True, False)
     bn = min(256, next_pow2(max(R, C)))
     _k8r._rowwise_t_scales_kernel[(cdiv(R, bn) + cdiv(C, bn),)](
         rslot, cslot, scale, ys_r, st, ys_c, R, C, pr, pc, BLOCK_P=8, BLOCK_N=bn, FMAX=common["FMAX"],
@@ -306,6 +322,36 @@ def _fp8_rowwise_t_tiles(x2, q2, qt, common):
         PROG_R=prog_r, SUB_R=sub_r, TILE_C=tc, **_fmt_args(common), enable_fp_fusion=False,
         num_warps=policy.t_sweep_warps(sub_r * tc))
     return scale, st
+
+
+def _fp8_rowwise_t_split(x2, q2, qt, common):
+    """Rowwise with the transposed copy as four launches (``rowwise_t_split``): column amax slots
+    (last to first with ``cols_t_reverse``), column scales, x's copy by the row-local rowwise cast,
+    then the transposed copy alone (``_cast_cols_t_kernel`` with the column scales given).
+    Returns (row scales, column scales)."""
+    R, C = x2.shape
+    st, ys_c = _fp32(x2, C), _fp32(x2, C)
+    _, cslot, pr, _ = _rowwise_t_amax(x2, common, False, policy.cols_t_reverse())
+    bn = min(256, next_pow2(C))
+    _k8r._rowwise_t_scales_kernel[(cdiv(C, bn),)](
+        cslot, cslot, st, ys_c, st, ys_c, 0, C, pr, 1, BLOCK_P=8, BLOCK_N=bn, FMAX=common["FMAX"],
+        enable_fp_fusion=False, num_warps=4)
+    scale, _ = _fp8_rowwise(x2, q2, q2, False, common)
+    _fp8_cols_t(x2, qt, st, ys_c, 1, policy.cols_t_rows(), True, common)
+    return scale, st
+
+
+def _fp8_cols_t(x2, qt, st, ysc, n_stc: int, rows: int, given: bool, common):
+    """``qt`` alone by ``_cast_cols_t_kernel``: tiles of ``rows`` x ``cols_t_cols`` (``rows`` the
+    block height, or ``cols_t_rows`` with the scales ``given``)."""
+    R, C = x2.shape
+    tc = min(policy.cols_t_cols(), next_pow2(C))
+    rows = min(rows, next_pow2(R)) if given else rows
+    warps = policy.cols_t_warps(rows * tc)
+    _k8c._cast_cols_t_kernel[(cdiv(R, rows) * cdiv(C, tc),)](
+        _arg(x2), qt, st, ysc, R, C, *x2.stride(), n_stc, IN_BF16=common["IN_BF16"], BR=rows, TILE_C=tc,
+        SUB_R=min(rows, policy.cols_t_slice_rows()), GIVEN=given, REVERSE=policy.cols_t_reverse(), **_fmt_args(common), enable_fp_fusion=False,
+        num_warps=warps, **_maxnreg(policy.cols_t_maxnreg(warps)))
 
 
 def _fmt_args(common) -> dict:
@@ -326,6 +372,18 @@ def _fp8_block_t_tiles(x2, q2, qt, block, common):
         _arg(x2), q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), n_sc, n_stc, IN_BF16=common["IN_BF16"],
         BC=bc, SUB_R=sub, TILE_C=tc, PREFETCH=policy.block_t_sweep_prefetch(), **_fmt_args(common),
         enable_fp_fusion=False, num_warps=policy.t_sweep_warps(sub * tc))
+    return scale, st
+
+
+def _fp8_block_t_split(x2, q2, qt, bc: int, common, rowlocal):
+    """1xBC blocks with the transposed copy (BCx1 blocks of x) as two launches (``block_t_split``):
+    x's copy by the row-local 1xBC cast (its arguments ``rowlocal``), then the transposed copy alone
+    (``_cast_cols_t_kernel``, BC-row tiles). Returns both scales."""
+    R, C = x2.shape
+    n_sc, n_stc = cdiv(C, bc), cdiv(R, bc)
+    scale, st = _fp32(x2, R, n_sc), _fp32(x2, C, n_stc)
+    _fp8_rowlocal(x2, q2, scale, bc, n_sc, rowlocal)
+    _fp8_cols_t(x2, qt, st, st, n_stc, bc, False, common)
     return scale, st
 
 
@@ -357,6 +415,11 @@ def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
     128x1 blocks of a transposed 1x128 copy) may be taller than a chunk. With no block taller than
     a chunk, a tile is ``block_chunks`` chunks tall. Returns both scales."""
     mx = type(recipe) is MX
+    rowlocal = dict(common, MX=mx, RCEIL=mx and recipe.scale_rule == "rceil", ELEM_EMAX=fmt.emax,
+                    LOG2_FMAX=math.frexp(fmt.max)[1] - 1)  # the row-local walk's arguments
+    if transposed and not mx and block.rows == 1 and block.cols >= 16 and policy.block_t_split() \
+            and policy.rowlocal_blocks():
+        return _fp8_block_t_split(x2, q2, qt, block.cols, common, rowlocal)
     if transposed and not mx and block.rows == 1 and block.cols >= 8 and policy.block_t_tiles():
         return _fp8_block_t_tiles(x2, q2, qt, block, common)
     R, C = x2.shape
@@ -366,9 +429,7 @@ def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
     sdt = torch.uint8 if mx else torch.float32  # MX: E8M0 codes
     if not transposed and block.rows == 1 and block.cols >= 16 and policy.rowlocal_blocks():
         scale = torch.empty((R, cdiv(C, block.cols)), dtype=sdt, device=x2.device)
-        _fp8_rowlocal(x2, q2, scale, block.cols, cdiv(C, block.cols),
-                      dict(common, MX=mx, RCEIL=mx and recipe.scale_rule == "rceil", ELEM_EMAX=fmt.emax,
-                           LOG2_FMAX=math.frexp(fmt.max)[1] - 1))
+        _fp8_rowlocal(x2, q2, scale, block.cols, cdiv(C, block.cols), rowlocal)
         return (scale.view(torch.float8_e8m0fnu),) * 2 if mx else (scale, scale)
     common = dict(common, FAST_DIV=policy.blocks_fast_div())
     heights = {block.rows, tblock.rows if transposed else 1}

@@ -38,25 +38,31 @@ def _scale_and_recip(amax, nonfinite, FMAX: tl.constexpr):
 
 
 @triton.jit
-def _amax_slice(x_ptr, rslot_ptr, raw, cacc, rows, cols, pj, R, C, sxr, sxc, IN_BF16: tl.constexpr, INF: tl.constexpr):
-    """One slice of ``_rowwise_t_amax2d_kernel``: the finite row maxima to ``rslot[pj, rows]``;
-    returns the elementwise (raw, finite) maxima so far."""
+def _amax_slice(x_ptr, rslot_ptr, raw, cacc, rows, cols, pj, R, C, sxr, sxc, IN_BF16: tl.constexpr, INF: tl.constexpr,
+                ROW_SLOTS: tl.constexpr):
+    """One slice of ``_rowwise_t_amax2d_kernel``: the finite row maxima to ``rslot[pj, rows]``
+    (with ``ROW_SLOTS``); returns the elementwise (raw, finite) maxima so far."""
     k = _abs_key(x_ptr, rows, cols, R, C, sxr, sxc, IN_BF16)
     raw = tl.maximum(raw, k)
     k = tl.where(k < INF, k, 0)
-    tl.store(rslot_ptr + pj.to(tl.int64) * R + rows, _key_bits(tl.max(k, axis=1), IN_BF16), mask=rows < R)
+    if ROW_SLOTS:
+        tl.store(rslot_ptr + pj.to(tl.int64) * R + rows, _key_bits(tl.max(k, axis=1), IN_BF16), mask=rows < R)
     return raw, tl.maximum(cacc, k)
 
 
 @triton.jit
 def _rowwise_t_amax2d_kernel(x_ptr, rslot_ptr, cslot_ptr, R, C, sxr, sxc, IN_BF16: tl.constexpr,
-                             PROG_R: tl.constexpr, SUB_R: tl.constexpr, TILE_C: tl.constexpr):
+                             PROG_R: tl.constexpr, SUB_R: tl.constexpr, TILE_C: tl.constexpr,
+                             ROW_SLOTS: tl.constexpr, REVERSE: tl.constexpr):
     """Program (i, j) owns rows [i PROG_R, (i + 1) PROG_R) x columns [j TILE_C, (j + 1) TILE_C):
-    the finite amax of its part of each row -> ``rslot[j, row]`` (fp32 bits as int32, the sign bit
-    set for a part holding NaN or inf), of each column -> ``cslot[i, col]``. Slices of SUB_R rows:
-    a row max a slice, the column max kept elementwise, reduced once; no atomics."""
+    the finite amax of its part of each row -> ``rslot[j, row]`` (with ``ROW_SLOTS``; fp32 bits as
+    int32, the sign bit set for a part holding NaN or inf), of each column -> ``cslot[i, col]``.
+    Slices of SUB_R rows: a row max a slice, the column max kept elementwise, reduced once; no
+    atomics. ``REVERSE``: program p takes the blocks' last-to-first order."""
     INF: tl.constexpr = 0x7F80 if IN_BF16 else 0x7F800000
     pid = tl.program_id(0)
+    if REVERSE:
+        pid = tl.num_programs(0) - 1 - pid
     n_tc = tl.cdiv(C, TILE_C)
     rows0 = (pid // n_tc) * PROG_R
     pj = pid % n_tc
@@ -66,16 +72,17 @@ def _rowwise_t_amax2d_kernel(x_ptr, rslot_ptr, cslot_ptr, R, C, sxr, sxc, IN_BF1
     raw = tl.zeros([SUB_R, TILE_C], kt)
     for r in range(0, PROG_R, SUB_R):
         raw, cacc = _amax_slice(x_ptr, rslot_ptr, raw, cacc, rows0 + r + tl.arange(0, SUB_R), cols, pj, R, C, sxr, sxc,
-                                IN_BF16, INF)
+                                IN_BF16, INF, ROW_SLOTS)
     tl.store(cslot_ptr + (pid // n_tc).to(tl.int64) * C + cols, _key_bits(tl.max(cacc, axis=0), IN_BF16),
              mask=cols < C)
-    if tl.max(tl.max(raw, axis=1), axis=0) >= INF:  # rare: NaN or inf here; flag the rows holding it
-        for r in range(0, PROG_R, SUB_R):
-            rows = rows0 + r + tl.arange(0, SUB_R)
-            k = _abs_key(x_ptr, rows, cols, R, C, sxr, sxc, IN_BF16)
-            bad = tl.max(k, axis=1) >= INF
-            fin = _key_bits(tl.max(tl.where(k < INF, k, 0), axis=1), IN_BF16)
-            tl.store(rslot_ptr + pj.to(tl.int64) * R + rows, fin | tl.where(bad, -2147483648, 0), mask=rows < R)
+    if ROW_SLOTS:
+        if tl.max(tl.max(raw, axis=1), axis=0) >= INF:  # rare: NaN or inf here; flag the rows holding it
+            for r in range(0, PROG_R, SUB_R):
+                rows = rows0 + r + tl.arange(0, SUB_R)
+                k = _abs_key(x_ptr, rows, cols, R, C, sxr, sxc, IN_BF16)
+                bad = tl.max(k, axis=1) >= INF
+                fin = _key_bits(tl.max(tl.where(k < INF, k, 0), axis=1), IN_BF16)
+                tl.store(rslot_ptr + pj.to(tl.int64) * R + rows, fin | tl.where(bad, -2147483648, 0), mask=rows < R)
 
 
 @triton.jit
@@ -158,7 +165,7 @@ def _cast_rowwise_t_sweep_kernel(x_ptr, s_ptr, ysr_ptr, st_ptr, ysc_ptr, q_ptr, 
 SCAN_SPECS = (
     scan_spec(_rowwise_t_amax2d_kernel,
               {"x_ptr": "*i16", "rslot_ptr": "*i32", "cslot_ptr": "*i32", **_I32},
-              dict(IN_BF16=True, PROG_R=512, SUB_R=32, TILE_C=128), num_warps=8),
+              dict(IN_BF16=True, PROG_R=512, SUB_R=32, TILE_C=128, ROW_SLOTS=True, REVERSE=False), num_warps=8),
     scan_spec(_rowwise_t_scales_kernel,
               {"rslot_ptr": "*i32", "cslot_ptr": "*i32", "s_ptr": "*fp32", "ysr_ptr": "*fp32", "st_ptr": "*fp32",
                "ysc_ptr": "*fp32", "R": "i32", "C": "i32", "PR": "i32", "PC": "i32"},

@@ -352,6 +352,61 @@ def rowwise_t_tiles() -> bool:
     return True
 
 
+def block_t_split() -> bool:
+    """1xBC blocks (BC >= 16) with the transposed copy as two launches: x's copy by the row-local
+    1xBC cast, the transposed copy alone by ``quantize_fp8_cols_t_kernels`` (x read twice, the
+    second time partly from L2), instead of the one-launch two-sweep kernel."""
+    return True
+
+
+def rowwise_t_split() -> bool:
+    """Rowwise with the transposed copy as column amax slots, column scales, the row-local rowwise
+    cast and the transposed copy alone (``quantize_fp8_cols_t_kernels``, the scales given),
+    instead of ``rowwise_t_tiles``' three launches (both copies from one sweep cast)."""
+    return True
+
+
+def cols_t_cols() -> int:
+    """Columns of a tile of ``_cast_cols_t_kernel`` (the transposed copy alone): 32 (H200,
+    2026-12-02, 8192x8192 bf16, kernel time, bit-exact there, 1x128 + T: 0.147 ms in all at 128 x
+    32 and 1 warp, against 0.152 at 128 x 64 and 2 warps, 0.192 at 128 x 16, 0.339 at 128 x 64 and
+    1 warp (255 registers))."""
+    return 32
+
+
+def cols_t_rows() -> int:
+    """Rows of a tile of ``_cast_cols_t_kernel`` with the column scales given (rowwise; with BCx1
+    blocks a tile is one block tall): 128 (H200, 2026-12-02, 8192x8192 bf16, kernel time, the
+    rowwise + T cast kernel alone: 0.0828 ms at 128 x 32 against 0.0805 at 64 x 64, 0.0813 at 32 x
+    128, 0.108 at 64 x 32, all at 1 warp; 0.0865 at 64 x 128 and 2 warps)."""
+    return 128
+
+
+def cols_t_warps(elems: int) -> int:
+    """Warps of ``_cast_cols_t_kernel``: 128 elements a thread (a 128x32 tile: 1 warp), at most 8.
+    Every thread holding a column makes its scale parts, so more rows a thread cost fewer
+    instructions an element (sm_90, triton 3.6, finite path, 1x128: 12.7 at 128 x 32 and 1 warp,
+    22.0 at 128 x 64 and 2 warps, 31.9 at 4, 35.9 at 8)."""
+    return max(1, min(8, elems // 4096))
+
+
+def cols_t_slice_rows() -> int:
+    """Rows of a slice of ``_cast_cols_t_kernel``'s rare paths (a tile holding NaN or inf: the
+    finite amax and the plain encode, re-read from L2 slice by slice)."""
+    return 16
+
+
+def cols_t_maxnreg(num_warps: int):
+    """Registers a thread at most of ``_cast_cols_t_kernel`` (None: the compiler's choice)."""
+    return None
+
+
+def cols_t_reverse() -> bool:
+    """``_cast_cols_t_kernel`` (and the rowwise column amax before the row-local cast) walk the
+    tiles last to first: the row-local cast before it ends on the last rows, still in L2."""
+    return True
+
+
 def block_t_tile() -> int:
     """Columns of a program of the 1xBC and rowwise + transpose sweep casts (at least BC)."""
     return 128

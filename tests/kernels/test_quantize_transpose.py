@@ -21,16 +21,27 @@ RECIPES = {"block 1x128 e4m3": (Blockwise(), "input"), "block 1x128 grad e5m2": 
            "rowwise grad e5m2": (Rowwise(), "grad")}
 
 
-@pytest.fixture(params=["sweeps", "sweeps-prefetch"])
+@pytest.fixture(params=["sweeps", "sweeps-prefetch", "split", "split-forward"])
 def tiles(request, monkeypatch):
-    """Both transposed casts on the sweep kernels (whatever the defaults), the 1xBC one with and
-    without its prefetching second sweep, at geometries that give several slices and programs."""
+    """Both transposed casts on the sweep kernels (the 1xBC one with and without its prefetching
+    second sweep), or split (``block_t_split`` / ``rowwise_t_split``: x's copy by the row-local
+    cast, the transposed copy alone by ``_cast_cols_t_kernel``, walking last to first or first to
+    last), whatever the defaults, at geometries that give several slices and programs. Returns
+    the kernels that write the transposed copies, 1xBC then rowwise."""
+    split = request.param.startswith("split")
+    monkeypatch.setattr(kq.policy, "block_t_split", lambda: split)
+    monkeypatch.setattr(kq.policy, "rowwise_t_split", lambda: split)
     monkeypatch.setattr(kq.policy, "block_t_tiles", lambda: True)
     monkeypatch.setattr(kq.policy, "rowwise_t_tiles", lambda: True)
     monkeypatch.setattr(kq.policy, "block_t_sweep_prefetch", lambda: request.param.endswith("prefetch"))
     monkeypatch.setattr(kq.policy, "block_t_sweep_rows", lambda: 16)  # several slices a tile at 1x32
     monkeypatch.setattr(kq.policy, "rowwise_t_amax_tile", lambda x: (32, 8, 32))  # several programs both ways
     monkeypatch.setattr(kq.policy, "rowwise_t_sweep_rows", lambda: (32, 8))
+    monkeypatch.setattr(kq.policy, "cols_t_cols", lambda: 32)  # several programs a row of tiles
+    monkeypatch.setattr(kq.policy, "cols_t_rows", lambda: 16)
+    monkeypatch.setattr(kq.policy, "cols_t_reverse", lambda: request.param != "split-forward")
+    if split:
+        return "_cast_cols_t_kernel", "_cast_cols_t_kernel"
     return "_cast_1xn_t_sweep_kernel", "_cast_rowwise_t_sweep_kernel"
 
 
@@ -93,10 +104,11 @@ def test_tile_casts_layouts_and_single_tiles(tiles):
 
 
 def test_tile_casts_are_the_launched_kernels(tiles, monkeypatch):
-    """The tests above run the tile kernels (not the old ones), and the two differ from the old
-    ones' launches: a guard against testing the wrong path."""
+    """The tests above run the kernels ``tiles`` names for the transposed copies (not the old
+    ones): a guard against testing the wrong path."""
     seen = []
-    for mod, name in zip((kq._k8x, kq._k8r), tiles):
+    for mod, name in ((kq._k8x, "_cast_1xn_t_sweep_kernel"), (kq._k8r, "_cast_rowwise_t_sweep_kernel"),
+                      (kq._k8c, "_cast_cols_t_kernel")):
         kernel = getattr(mod, name)
 
         class Spy:
@@ -138,18 +150,20 @@ def test_square_block_cast_bit_exact(dtype, one_read, monkeypatch):
 _SASS_SCRIPT = textwrap.dedent("""
     import json, sys
     from benchmarks.quantize_sass import profile_rows
-    print(json.dumps(profile_rows(["rowwise e4m3 +T"], (16384, 4096), [sys.argv[1]])))
+    print(json.dumps(profile_rows([sys.argv[1]], (16384, 4096), sys.argv[2:])))
 """)
 
 
 def test_sm90_rowwise_t_casts():
-    """The rowwise cast with its transposed copy as launched for a 16384x4096 bf16 input on an H200
-    (compiled for sm_90): three launches, no spills; the amax pass loads 16 bytes a thread at a
-    time with at most 16 SASS instructions an element in its loop; the cast loads 16 bytes a
-    thread and stores 16 bytes a thread in both copies, in fewer instructions an element in its
-    loop (both encode paths counted) than session 3's one-tile kernel on its common path (92.9)."""
-    new = run_script(_SASS_SCRIPT, "rowwise_t_tiles=True")
-    old = [r for r in run_script(_SASS_SCRIPT, "rowwise_t_tiles=False") if r["kernel"] == "_cast_rowwise_kernel"]
+    """The rowwise cast with its transposed copy by the sweep kernels (``rowwise_t_split`` off) as
+    launched for a 16384x4096 bf16 input on an H200 (compiled for sm_90): three launches, no
+    spills; the amax pass loads 16 bytes a thread at a time with at most 16 SASS instructions an
+    element in its loop; the cast loads 16 bytes a thread and stores 16 bytes a thread in both
+    copies, in fewer instructions an element in its loop (both encode paths counted) than session
+    3's one-tile kernel on its common path (92.9)."""
+    new = run_script(_SASS_SCRIPT, "rowwise e4m3 +T", "rowwise_t_tiles=True", "rowwise_t_split=False")
+    old = [r for r in run_script(_SASS_SCRIPT, "rowwise e4m3 +T", "rowwise_t_tiles=False", "rowwise_t_split=False")
+           if r["kernel"] == "_cast_rowwise_kernel"]
     assert [r["kernel"] for r in new] == ["_rowwise_t_amax2d_kernel", "_rowwise_t_scales_kernel",
                                           "_cast_rowwise_t_sweep_kernel"]
     cast = new[-1]
@@ -157,3 +171,18 @@ def test_sm90_rowwise_t_casts():
     assert all(r["stack"] == 0 for r in new), new
     assert cast["per_elem"] < old[0]["path_per_elem"], (cast, old)
     assert new[0]["ld_widths"] == [16] and new[0]["per_elem"] <= 16, new[0]
+
+
+def test_sm90_split_t_casts():
+    """The split transposing casts (``block_t_split``, ``rowwise_t_split``, the defaults) as
+    launched for a 16384x4096 bf16 input on an H200: x's copy by the row-local cast, the
+    transposed copy by ``_cast_cols_t_kernel`` (after the column amax slots and scales for
+    rowwise); the column kernel's tile in registers without spilling (at most 16 bytes of stack,
+    at least 8 programs an SM) and 16-byte stores of the transposed codes."""
+    block = run_script(_SASS_SCRIPT, "block 1x128 +T")
+    rowwise = run_script(_SASS_SCRIPT, "rowwise e4m3 +T")
+    assert [r["kernel"] for r in block] == ["_cast_rowblock_kernel", "_cast_cols_t_kernel"]
+    assert [r["kernel"] for r in rowwise] == ["_rowwise_t_amax2d_kernel", "_rowwise_t_scales_kernel",
+                                              "_cast_rowblock_kernel", "_cast_cols_t_kernel"]
+    for cols in (block[-1], rowwise[-1]):
+        assert cols["stack"] <= 16 and cols["resident"] >= 8 and 16 in cols["st_widths"], cols
