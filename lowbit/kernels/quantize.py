@@ -179,13 +179,43 @@ def _fp8_tensorwise(x2, q2, qt, kind, state, transposed, common):
         _k8t._amax_kernel[(n_amax if slots else programs,)](_arg(x2), amax, R, C, *x2.stride(), n_c, n_tiles,
                                                            IN_BF16=common["IN_BF16"], AMAX_SLOTS=slots,
                                                            REVERSE=policy.amax_reverse_walk(), **walk)
+    if transposed and policy.transpose_one_read():
+        return _fp8_tensor_t_one_read(x2, q2, qt, scale, amax, n_amax, state if delayed else None, common)
     _k8t._cast_tensor_kernel[(programs,)](
         _arg(x2), q2, qt, scale, amax, R, C, *x2.stride(), *q2.stride(), n_c, n_tiles, n_amax, DELAYED=delayed,
-        WRITE_T=transposed, AMAX_SLOTS=delayed and slots, AMAX_BLOCK=1 if delayed else next_pow2(n_amax),
+        WRITE_T=transposed, AMAX_SLOTS=delayed and slots, AMAX_BLOCK=1 if delayed else _amax_block(n_amax),
         **common, **walk)
     if delayed:
         scale = _delayed_update(state, amax, n_amax)
     return scale, scale
+
+
+def _fp8_tensor_t_one_read(x2, q2, qt, scale, amax, n_amax: int, state, common):
+    """Tensorwise with the transposed copy by ``_cast_tensor_t_reg_kernel`` (``transpose_one_read``:
+    a tile of ``transpose_one_read_tile`` a program, read once and held in registers). Delayed
+    (``state`` given): one amax slot a tile, then the state update. Current: ``amax`` (``n_amax``
+    values) from the amax pass, ``scale`` written by the kernel. Returns the scale."""
+    R, C = x2.shape
+    br, bc = policy.transpose_one_read_tile()
+    br, bc = min(br, next_pow2(R)), min(bc, next_pow2(C))
+    n_tiles = cdiv(R, br) * cdiv(C, bc)
+    warps = policy.transpose_one_read_warps(br * bc)
+    delayed = state is not None
+    if delayed:
+        scale, amax, n_amax = state.scale, _fp32(x2, n_tiles), n_tiles
+    _k8x._cast_tensor_t_reg_kernel[(n_tiles,)](
+        _arg(x2), q2, qt, scale, amax, R, C, *x2.stride(), *q2.stride(), n_amax, IN_BF16=common["IN_BF16"],
+        BR=br, BC=bc, DELAYED=delayed, AMAX_BLOCK=1 if delayed or amax.dim() == 0 else _amax_block(n_amax),
+        **_fmt_args(common), enable_fp_fusion=False, num_warps=warps,
+        **_maxnreg(policy.transpose_one_read_maxnreg(warps)))
+    if delayed:
+        scale = _delayed_update(state, amax, n_amax)
+    return scale, scale
+
+
+def _amax_block(n: int) -> int:
+    """``AMAX_BLOCK`` of a reduction of n amax slots (``_get_amax`` loops over blocks of it)."""
+    return min(policy.amax_reduce_block(), next_pow2(n))
 
 
 def _delayed_update(state, amax, n_amax: int):
@@ -201,7 +231,7 @@ def _delayed_update(state, amax, n_amax: int):
         return used
     used = _fp32(amax)
     r = state.recipe
-    block = next_pow2(n_amax)
+    block = _amax_block(n_amax)
     _k8t._delayed_update_kernel[(1,)](amax, hist, state.scale, used, hist.numel(), n_amax, FMAX=state.fmt.max,
                                      MARGIN_MUL=2.0 ** r.margin, MOST_RECENT=r.amax_algo == "most_recent",
                                      BLOCK=max(2, next_pow2(hist.numel())), AMAX_BLOCK=block,

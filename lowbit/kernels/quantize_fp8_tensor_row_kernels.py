@@ -109,13 +109,16 @@ def _put_amax(amax_ptr, amax, AMAX_SLOTS: tl.constexpr):
 
 @triton.jit
 def _get_amax(amax_ptr, n_amax, AMAX_BLOCK: tl.constexpr):
-    """The tensor amax: max of the ``n_amax`` slots (``AMAX_BLOCK`` >= n_amax, a power of two), or
-    the scalar at ``amax_ptr`` (``AMAX_BLOCK == 1``)."""
+    """The tensor amax: max of the ``n_amax`` slots (in blocks of ``AMAX_BLOCK``, a power of two),
+    or the scalar at ``amax_ptr`` (``AMAX_BLOCK == 1``)."""
     if AMAX_BLOCK == 1:
         return tl.load(amax_ptr)
     else:
         i = tl.arange(0, AMAX_BLOCK)
-        return tl.max(tl.load(amax_ptr + i, mask=i < n_amax, other=0.0), axis=0)
+        m = tl.load(amax_ptr + i, mask=i < n_amax, other=0.0)
+        for i0 in range(AMAX_BLOCK, n_amax, AMAX_BLOCK):
+            m = tl.maximum(m, tl.load(amax_ptr + i0 + i, mask=i0 + i < n_amax, other=0.0))
+        return tl.max(m, axis=0)
 
 
 @triton.jit

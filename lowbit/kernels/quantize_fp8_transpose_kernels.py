@@ -48,6 +48,7 @@ import triton
 import triton.language as tl
 
 from .quantize_fp8_block_kernels import _store_block_scales
+from .quantize_fp8_tensor_row_kernels import _get_amax
 from .quantize_jit_helpers import _amax_to_scale, _div_parts, _finite_abs, _grid_round, _load_f32, _quantize_fp8, \
     scan_spec
 
@@ -317,6 +318,57 @@ def _cast_square_t_reg_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, R, C, sxr, sx
     _store_both(q, tl.trans(q), rows, cols, R, C, q_ptr, sqr, sqc, qt_ptr)
 
 
+@triton.jit
+def _cast_tensor_t_reg_kernel(x_ptr, q_ptr, qt_ptr, scale_ptr, amax_ptr, R, C, sxr, sxc, sqr, sqc, n_amax,
+                              IN_BF16: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, DELAYED: tl.constexpr,
+                              AMAX_BLOCK: tl.constexpr, FMAX: tl.constexpr, EMIN: tl.constexpr, MBITS: tl.constexpr,
+                              IS_E4M3: tl.constexpr, HW_CVT: tl.constexpr):
+    """Tensorwise ``q = fp8(x / scale)`` and ``qt = q.t()`` (contiguous), a (BR, BC) tile a program,
+    read ONCE and held in registers (its loaded bits) from its amax to both stores (a grid-stride
+    loop around it doubled the registers). ``DELAYED``: the state's scale at ``scale_ptr``, and the
+    tile's finite amax into slot ``amax[program]``. Otherwise (current scaling) ``scale =
+    amax_to_scale(max of the n_amax values at amax_ptr)``, written by program 0.
+
+    A tile takes ``_codes_finite`` when every |x| is finite and its largest quotient stays below
+    ``_div_rn``'s overflow guard: ``RN(RN(amax_t 2^k) RN(1/s')) < 2^99`` bounds every element's
+    ``|q0|`` (RN is monotonic), so the guard never fires and the clamp ``min(|q|, fmax)`` is the
+    reference's saturation; other tiles take the plain encode (NaN, inf, and quotients past 2^99)."""
+    pid = tl.program_id(0)
+    if DELAYED:
+        scale = tl.load(scale_ptr)
+    else:
+        scale = _amax_to_scale(_get_amax(amax_ptr, n_amax, AMAX_BLOCK), FMAX)
+        if pid == 0:
+            tl.store(scale_ptr, scale)
+    p2k, sp, ys = _div_parts(scale, True)
+    n_bc = tl.cdiv(C, BC)
+    rows = (pid // n_bc) * BR + tl.arange(0, BR)
+    cols = (pid % n_bc) * BC + tl.arange(0, BC)
+    mask = (rows[:, None] < R) & (cols[None, :] < C)
+    ptrs = x_ptr + rows[:, None].to(tl.int64) * sxr + cols[None, :].to(tl.int64) * sxc
+    if IN_BF16:
+        bits = tl.load(ptrs, mask=mask, other=0)
+        key = bits & 0x7FFF  # |x| in float order (NaN above inf), as _abs_key
+        x = (bits.to(tl.int32) << 16).to(tl.float32, bitcast=True)
+        INF: tl.constexpr = 0x7F80
+    else:
+        x = _load_f32(ptrs, mask, IN_BF16)
+        key = _abs_bits(x)
+        INF: tl.constexpr = 0x7F800000
+    top = tl.max(tl.max(key, axis=1), axis=0)
+    amax = _key_bits(top, IN_BF16).to(tl.float32, bitcast=True)
+    finite = top < INF
+    if DELAYED:
+        if not finite:  # rare: NaN or inf in the tile; the amax of the finite |x|
+            amax = tl.max(tl.max(_finite_abs(x), axis=1), axis=0)
+        tl.store(amax_ptr + pid, amax)
+    if finite & (amax * p2k * ys < 6.338253001141147e29):
+        q = _codes_finite(x, _sign(x), p2k, -sp, ys, FMAX, EMIN, MBITS, IS_E4M3, HW_CVT)
+    else:
+        q = _codes_plain(x, p2k, sp, ys, FMAX, EMIN, MBITS, IS_E4M3, HW_CVT)
+    _store_both(q, tl.trans(q), rows, cols, R, C, q_ptr, sqr, sqc, qt_ptr)
+
+
 # ---- representative sm_90 compile configurations (the GPU launches; scanned by lowbit.fma_guard) --------
 
 _I32 = dict.fromkeys(("R", "C", "sxr", "sxc"), "i32")
@@ -331,6 +383,10 @@ SCAN_SPECS = (
               {"x_ptr": "*i16", "q_ptr": "*u8", "s_ptr": "*fp32", "qt_ptr": "*u8", "st_ptr": "*fp32", **_I32,
                "sqr": "i32", "sqc": "i32", "n_sc": "i32", "n_stc": "i32"},
               dict(IN_BF16=True, B=128, SUB_R=32, **_E4M3), num_warps=4),
+    scan_spec(_cast_tensor_t_reg_kernel,
+              {"x_ptr": "*i16", "q_ptr": "*u8", "qt_ptr": "*u8", "scale_ptr": "*fp32", "amax_ptr": "*fp32", **_I32,
+               "sqr": "i32", "sqc": "i32", "n_amax": "i32"},
+              dict(IN_BF16=True, BR=128, BC=128, DELAYED=True, AMAX_BLOCK=1, **_E4M3), num_warps=8),
     scan_spec(_cast_square_t_reg_kernel,
               {"x_ptr": "*i16", "q_ptr": "*u8", "s_ptr": "*fp32", "qt_ptr": "*u8", "st_ptr": "*fp32", **_I32,
                "sqr": "i32", "sqc": "i32", "n_sc": "i32", "n_stc": "i32"},

@@ -198,6 +198,30 @@ def transpose_maxnreg(num_warps: int):
     return 64 if num_warps == 8 else None
 
 
+def transpose_one_read() -> bool:
+    """The tensorwise casts with the transposed copy by ``_cast_tensor_t_reg_kernel`` (each tile
+    read once and held in registers, as the 128x128 block cast) instead of ``_cast_tensor_kernel``'s
+    grid-stride tiles."""
+    return True
+
+
+def transpose_one_read_tile() -> tuple:
+    """(rows, columns) of a tile of ``_cast_tensor_t_reg_kernel``: 128 x 128, the 128x128 block
+    cast's."""
+    return 128, 128
+
+
+def transpose_one_read_warps(elems: int) -> int:
+    """Warps of ``_cast_tensor_t_reg_kernel``: 8 at 128 x 128 (64 elements a thread)."""
+    return max(1, min(8, elems // 2048))
+
+
+def transpose_one_read_maxnreg(num_warps: int):
+    """Registers a thread at most of ``_cast_tensor_t_reg_kernel``: 80 at 8 warps, 3 programs an
+    SM (as ``square_t_one_read_maxnreg``)."""
+    return 80 if num_warps == 8 else None
+
+
 def transpose_prefetch() -> bool:
     """The transposing tensorwise cast loads its next grid-stride tile before computing this one."""
     return True
@@ -368,25 +392,27 @@ def rowwise_t_split() -> bool:
 
 def cols_t_cols() -> int:
     """Columns of a tile of ``_cast_cols_t_kernel`` (the transposed copy alone): 32 (H200,
-    2026-12-02, 8192x8192 bf16, kernel time, bit-exact there, 1x128 + T: 0.147 ms in all at 128 x
-    32 and 1 warp, against 0.152 at 128 x 64 and 2 warps, 0.192 at 128 x 16, 0.339 at 128 x 64 and
-    1 warp (255 registers))."""
+    2026-12-02, 8192x8192 bf16, kernel time, bit-exact there, 1x128 + T: 0.122 ms in all at 128 x
+    32 and 1 warp (168 registers, 12 programs an SM), against 0.136 at 128 x 32 and 2 warps or
+    at 128 x 16, 0.150 at 128 x 64 and 1 warp, 0.185 at 128 x 128 and 4 warps; the two-sweep
+    one-launch kernel 0.183)."""
     return 32
 
 
 def cols_t_rows() -> int:
     """Rows of a tile of ``_cast_cols_t_kernel`` with the column scales given (rowwise; with BCx1
-    blocks a tile is one block tall): 128 (H200, 2026-12-02, 8192x8192 bf16, kernel time, the
-    rowwise + T cast kernel alone: 0.0828 ms at 128 x 32 against 0.0805 at 64 x 64, 0.0813 at 32 x
-    128, 0.108 at 64 x 32, all at 1 warp; 0.0865 at 64 x 128 and 2 warps)."""
-    return 128
+    blocks a tile is one block tall): 64 (H200, 2026-12-02, 8192x8192 bf16, kernel time, bit-exact
+    there, the rowwise + T column kernel alone: 0.0620 ms at 64 x 32 and 1 warp, against 0.0630 at
+    32 x 64, 0.0660 at 64 x 64, 0.0667 at 128 x 32, 0.0746 at 32 x 128; 0.0681 at 64 x 128 and 2
+    warps)."""
+    return 64
 
 
 def cols_t_warps(elems: int) -> int:
     """Warps of ``_cast_cols_t_kernel``: 128 elements a thread (a 128x32 tile: 1 warp), at most 8.
     Every thread holding a column makes its scale parts, so more rows a thread cost fewer
-    instructions an element (sm_90, triton 3.6, finite path, 1x128: 12.7 at 128 x 32 and 1 warp,
-    22.0 at 128 x 64 and 2 warps, 31.9 at 4, 35.9 at 8)."""
+    instructions an element (sm_90, triton 3.6, 1x128, 128 x 64 tiles, the finite path: 22.0 at 2
+    warps, 31.9 at 4, 35.9 at 8)."""
     return max(1, min(8, elems // 4096))
 
 
@@ -397,7 +423,8 @@ def cols_t_slice_rows() -> int:
 
 
 def cols_t_maxnreg(num_warps: int):
-    """Registers a thread at most of ``_cast_cols_t_kernel`` (None: the compiler's choice)."""
+    """Registers a thread at most of ``_cast_cols_t_kernel``: the compiler's choice (H200,
+    2026-12-02, 8192x8192 bf16: 128 made 1x128 + T 0.136 ms against 0.122; 168 the same)."""
     return None
 
 
@@ -490,6 +517,11 @@ def amax_reverse_walk() -> bool:
     bf16, kernel time, bit-exact there): current E4M3 0.0831 ms against 0.0868 forward, current
     E5M2 + T 0.117 against 0.122, NVFP4 1x16 0.160 against 0.163."""
     return True
+
+
+def amax_reduce_block() -> int:
+    """Slots a reduction of amax slots loads at a time (``_get_amax`` loops over blocks): 4096."""
+    return 4096
 
 
 def current_amax_programs(x, programs: int) -> int:

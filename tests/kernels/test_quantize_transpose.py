@@ -11,10 +11,13 @@ import textwrap
 import pytest
 import torch
 
+from lowbit.dtypes.formats import E4M3
+from lowbit.kernels import cast
 from lowbit.kernels import quantize as kq
-from lowbit.scaling.recipes import Blockwise, Rowwise
+from lowbit.scaling.delayed import DelayedScalingState
+from lowbit.scaling.recipes import Blockwise, Current, Delayed, Rowwise
 from sm90 import run_script
-from test_quantize_kernels import check_fp8, specials
+from test_quantize_kernels import assert_bits, assert_fp8, check_fp8, specials
 
 RECIPES = {"block 1x128 e4m3": (Blockwise(), "input"), "block 1x128 grad e5m2": (Blockwise(grad_format="e5m2"), "grad"),
            "block 1x32": (Blockwise(act=(1, 32)), "input"), "rowwise e4m3": (Rowwise(), "input"),
@@ -145,6 +148,43 @@ def test_square_block_cast_bit_exact(dtype, one_read, monkeypatch):
     check_fp8(_hard((130, 384), dtype, seed=41), recipe, "weight", transposed=True)
     check_fp8(_hard((260, 200), dtype, seed=42).t(), recipe, "weight", transposed=True)
     assert seen == [(9,), (6,), (6,)]
+
+
+@pytest.mark.parametrize("one_read", [False, True], ids=["grid-stride", "one-read"])
+def test_tensorwise_t_casts_bit_exact(one_read, monkeypatch):
+    """Tensorwise casts with the transposed copy by ``_cast_tensor_t_reg_kernel``
+    (``transpose_one_read``; 16x32 tiles: many programs, ragged tiles) or ``_cast_tensor_kernel``:
+    delayed scaling with state scales whose quotients overflow past the one-read kernel's 2^99
+    guard of its finite encode (1e-30, the smallest subnormal), saturate, or are 0 / inf / NaN,
+    on finite tiles and tiles holding NaN / inf; the state after each step (the amax slots reduced
+    16 at a time); current scaling; the launch is the chosen kernel's."""
+    name = "_cast_tensor_t_reg_kernel" if one_read else "_cast_tensor_kernel"
+    kernel, seen = getattr(kq._k8x if one_read else kq._k8t, name), []
+
+    class Spy:
+        def __getitem__(self, grid):
+            seen.append(grid)
+            return kernel[grid]
+    monkeypatch.setattr(kq._k8x if one_read else kq._k8t, name, Spy())
+    monkeypatch.setattr(kq, "_interpreted", lambda: True)  # it looks at _cast_tensor_kernel's type
+    monkeypatch.setattr(kq.policy, "transpose_one_read", lambda: one_read)
+    monkeypatch.setattr(kq.policy, "transpose_one_read_tile", lambda: (16, 32))
+    monkeypatch.setattr(kq.policy, "amax_reduce_block", lambda: 16)
+    finite, hard = _finite((70, 200), torch.bfloat16, seed=50), _hard((70, 200), torch.bfloat16, seed=51)
+    for x in (finite, hard, finite.float() * 2.0 ** 90):
+        for s in (7.0, 1e-30, 2.0 ** -149, 3.4e38, 0.0, float("inf"), float("nan")):
+            recipe = Delayed(history_len=2)
+            state, ref_state = DelayedScalingState(recipe, E4M3), DelayedScalingState(recipe, E4M3)
+            state.scale.fill_(s)
+            ref_state.scale.fill_(s)
+            q, qt = kq.quantize_fp8_t_triton(x, recipe, "input", state)
+            rq, rqt = cast.quantize_fp8_t(x, recipe, "input", ref_state, backend="torch")
+            assert_fp8(q, rq, f"scale {s} q")
+            assert_fp8(qt, rqt, f"scale {s} q_t")
+            assert_bits(state.amax_history, ref_state.amax_history, f"scale {s} amax history")
+            assert_bits(state.scale, ref_state.scale, f"scale {s} state scale")
+        check_fp8(x, Current(), "grad", transposed=True)
+    assert seen == [(35,) if one_read else (3,)] * 24, seen  # one-read: a program a 16x32 tile, 35 slots
 
 
 _SASS_SCRIPT = textwrap.dedent("""
