@@ -296,7 +296,7 @@ def sweep_rows():
     rows += [("T one read off", dict(transpose_one_read=F), tw_t),
              ("T one read 128x128 8w", dict(transpose_one_read_tile=lambda: (128, 128)), tw_t),
              ("T one read 32x128 2w", dict(transpose_one_read_tile=lambda: (32, 128)), tw_t),
-             ("T one read maxnreg 80", dict(transpose_one_read_maxnreg=lambda w: 80), tw_t)]
+             ("T one read free regs", dict(transpose_one_read_maxnreg=lambda w: None), tw_t)]
     rows += [("T old", dict(block_t_tiles=F, rowwise_t_tiles=F, square_t_kernel=F, block_t_split=F,
                             rowwise_t_split=F), t_casts),
              ("T sweep 16 rows", dict(block_t_sweep_rows=lambda: 16, block_t_split=F), block_t),

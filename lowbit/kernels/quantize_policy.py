@@ -208,21 +208,24 @@ def transpose_one_read() -> bool:
 
 def transpose_one_read_tile() -> tuple:
     """(rows, columns) of a tile of ``_cast_tensor_t_reg_kernel``: 64 x 128 (H200, 2026-12-02,
-    8192x8192 bf16, kernel time: delayed E4M3 + T 0.0787 ms against 0.0796 at 128 x 128 (8 warps,
-    80 registers), 0.0802 at 128 x 64; current E5M2 + T 0.112 against 0.119 and 0.120)."""
+    8192x8192 bf16, kernel time, the compiler's registers at 4 warps: delayed E4M3 + T 0.0777 ms
+    against 0.0796 at 128 x 128 (8 warps, 80 registers), 0.0802 at 128 x 64, 0.0819 at 32 x 128;
+    current E5M2 + T 0.112 against 0.119, 0.120 and 0.115)."""
     return 64, 128
 
 
 def transpose_one_read_warps(elems: int) -> int:
-    """Warps of ``_cast_tensor_t_reg_kernel``: 64 elements a thread (4 at 64 x 128: 96 registers,
-    5 programs an SM on sm_90 with triton 3.6)."""
+    """Warps of ``_cast_tensor_t_reg_kernel``: 64 elements a thread (4 at 64 x 128)."""
     return max(1, min(8, elems // 2048))
 
 
 def transpose_one_read_maxnreg(num_warps: int):
-    """Registers a thread at most of ``_cast_tensor_t_reg_kernel``: 80 at 8 warps (128 x 128
-    tiles: 3 programs an SM; the compiler's 128: delayed E4M3 + T 0.0949 ms against 0.0796)."""
-    return 80 if num_warps == 8 else None
+    """Registers a thread at most of ``_cast_tensor_t_reg_kernel``: 80 at 4 and 8 warps (6 programs
+    an SM at 64 x 128, 16 bytes of stack; 3 at 128 x 128). H200 (2026-12-02, 8192x8192 bf16,
+    kernel time, bit-exact there): delayed E4M3 + T 0.0737 ms (86% of copy) against 0.0777 with
+    the compiler's 96, current E5M2 + T 0.112 either way; at 128 x 128 the compiler's 128 gave
+    0.0949 against 0.0796."""
+    return 80 if num_warps in (4, 8) else None
 
 
 def transpose_prefetch() -> bool:
