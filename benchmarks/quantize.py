@@ -36,7 +36,10 @@ slots), ``chunks N`` / ``chunks 4+lean+nan`` (block casts, N chunks a program), 
 ``8w 16/thread``, ``prefetch``, ``16/thread prefetch`` (each on top of lean+nan), ``atomic amax``
 (delayed: the zero-fill + atomic of before), ``current slots``, ``progs/SM N`` (on top of
 lean+nan), ``div.rn``, ``cvt saturates``, ``blocks fast div``, ``tile N``, ``T RxC wW [prefetch]``
-(the transposing tensorwise casts: tile, warps, prefetch). ``--sweep-only A,B``: only the rows
+(the grid-stride transposing tensorwise cast: tile, warps, prefetch), ``T one read ...`` (the
+one-read one: off, tile, registers), ``cols T ...`` (the split 1xBC / rowwise transposing casts:
+not split, walk order, column-kernel tiles, warps, registers), ``T sweep ...`` / ``rowwise T sweep
+...`` / ``square T ...`` (the sweep kernels). ``--sweep-only A,B``: only the rows
 whose label starts with one of these ("_" for a space). Prints a table last
 and writes DIR/quantize.json.
 """

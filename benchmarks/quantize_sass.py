@@ -278,6 +278,7 @@ def patch_launcher(sets):
     replaced by recorders; ``sets``: "name=value" replacements of quantize_policy functions."""
     from lowbit.kernels import quantize as kq
     from lowbit.kernels import quantize_fp4_launch as kq4
+    from lowbit.kernels import quantize_t_launch as ktl
     pol = kq.policy
     kq._runnable = lambda x: True
     pol.hw_cvt = lambda x: 3 if pol.cvt_handles_nan() else 2 if pol.cvt_saturates() else 1
@@ -298,8 +299,9 @@ def patch_launcher(sets):
         for n, v in vars(mod).items():
             setattr(fake, n, _Recorder(n, v, launches) if n.endswith("_kernel") and hasattr(v, "fn") else v)
         setattr(kq, modname, fake)
-        if hasattr(kq4, modname):  # the FP4 launchers' own references to the kernel modules
-            setattr(kq4, modname, fake)
+        for launcher in (kq4, ktl):  # the FP4 and transposing launchers' own references to the kernel modules
+            if hasattr(launcher, modname):
+                setattr(launcher, modname, fake)
     return launches
 
 

@@ -7,12 +7,16 @@ data and scale bits, shapes and dtypes, same DelayedScalingState update), or Non
   the cast, then ``state.update(amax)``), Current (amax kernel, then the cast), Rowwise (one pass:
   a program owns whole rows), Blockwise 1x128 / 128x128 and MX with FP8 elements (one pass).
 * ``quantize_fp8_t_triton(x, recipe, role, state)``: ``(q, q_t)`` as ``cast.quantize_fp8_t``:
-  the row-major copy and the contiguous transposed copy written by the same pass (tensorwise: one
-  scale; Rowwise: row and column scales, after an amax pass; blocks: each copy with its own block
-  scales; the sweep kernels of ``quantize_fp8_transpose_kernels`` / ``quantize_fp8_rowwise_t_kernels``
-  where the policy picks them).
+  the row-major copy and the contiguous transposed copy (tensorwise: one scale, both copies from
+  one read of each tile; Rowwise: row and column scales, after a column amax pass; blocks: each
+  copy with its own block scales). 1xBC blocks and Rowwise write x's copy with the row-local cast
+  and the transposed copy with ``quantize_fp8_cols_t_kernels`` (``block_t_split`` /
+  ``rowwise_t_split``), or both from the sweep kernels of ``quantize_fp8_transpose_kernels`` /
+  ``quantize_fp8_rowwise_t_kernels``.
 
-The FP4 casts (``quantize_fp4_triton``) are launched by ``quantize_fp4_launch`` with the helpers here.
+The FP4 casts (``quantize_fp4_triton``) are launched by ``quantize_fp4_launch``, and the FP8 casts with
+the transposed copy other than the tensorwise grid-stride one by ``quantize_t_launch``, with the
+helpers here.
 
 Declined: devices other than CUDA, and CPU unless ``TRITON_INTERPRET=1`` now (read at each call)
 and the kernels were defined under it (``@triton.jit`` decides at definition); dtypes other than
@@ -43,6 +47,7 @@ from . import quantize_fp8_rowwise_t_kernels as _k8r
 from . import quantize_fp8_tensor_row_kernels as _k8t
 from . import quantize_fp8_transpose_kernels as _k8x
 from . import quantize_policy as policy
+from . import quantize_t_launch as _tl
 from .interpret import interpreting
 from .launch_math import cdiv, next_pow2
 
@@ -180,34 +185,11 @@ def _fp8_tensorwise(x2, q2, qt, kind, state, transposed, common):
                                                            IN_BF16=common["IN_BF16"], AMAX_SLOTS=slots,
                                                            REVERSE=policy.amax_reverse_walk(), **walk)
     if transposed and policy.transpose_one_read():
-        return _fp8_tensor_t_one_read(x2, q2, qt, scale, amax, n_amax, state if delayed else None, common)
+        return _tl._fp8_tensor_t_one_read(x2, q2, qt, scale, amax, n_amax, state if delayed else None, common)
     _k8t._cast_tensor_kernel[(programs,)](
         _arg(x2), q2, qt, scale, amax, R, C, *x2.stride(), *q2.stride(), n_c, n_tiles, n_amax, DELAYED=delayed,
         WRITE_T=transposed, AMAX_SLOTS=delayed and slots, AMAX_BLOCK=1 if delayed else _amax_block(n_amax),
         **common, **walk)
-    if delayed:
-        scale = _delayed_update(state, amax, n_amax)
-    return scale, scale
-
-
-def _fp8_tensor_t_one_read(x2, q2, qt, scale, amax, n_amax: int, state, common):
-    """Tensorwise with the transposed copy by ``_cast_tensor_t_reg_kernel`` (``transpose_one_read``:
-    a tile of ``transpose_one_read_tile`` a program, read once and held in registers). Delayed
-    (``state`` given): one amax slot a tile, then the state update. Current: ``amax`` (``n_amax``
-    values) from the amax pass, ``scale`` written by the kernel. Returns the scale."""
-    R, C = x2.shape
-    br, bc = policy.transpose_one_read_tile()
-    br, bc = min(br, next_pow2(R)), min(bc, next_pow2(C))
-    n_tiles = cdiv(R, br) * cdiv(C, bc)
-    warps = policy.transpose_one_read_warps(br * bc)
-    delayed = state is not None
-    if delayed:
-        scale, amax, n_amax = state.scale, _fp32(x2, n_tiles), n_tiles
-    _k8x._cast_tensor_t_reg_kernel[(n_tiles,)](
-        _arg(x2), q2, qt, scale, amax, R, C, *x2.stride(), *q2.stride(), n_amax, IN_BF16=common["IN_BF16"],
-        BR=br, BC=bc, DELAYED=delayed, AMAX_BLOCK=1 if delayed or amax.dim() == 0 else _amax_block(n_amax),
-        **_fmt_args(common), enable_fp_fusion=False, num_warps=warps,
-        **_maxnreg(policy.transpose_one_read_maxnreg(warps)))
     if delayed:
         scale = _delayed_update(state, amax, n_amax)
     return scale, scale
@@ -259,9 +241,9 @@ def _fp8_rowwise(x2, q2, qt, transposed, common):
                                                      num_warps=policy.rows_warps(br * bc))
         return scale, scale
     if policy.rowwise_t_split() and _rowlocal_rowwise(C):
-        return _fp8_rowwise_t_split(x2, q2, qt, common)
+        return _tl._fp8_rowwise_t_split(x2, q2, qt, common)
     if policy.rowwise_t_tiles():
-        return _fp8_rowwise_t_tiles(x2, q2, qt, common)
+        return _tl._fp8_rowwise_t_tiles(x2, q2, qt, common)
     # pass 1: row and column amax, programs of ~256 rows x 128 columns
     bc = min(128, next_pow2(C))
     br = max(1, min(policy.tile_elems(x2) // bc, next_pow2(R)))
@@ -316,127 +298,8 @@ def _rowlocal_rowwise(C: int) -> bool:
     return policy.rowlocal_rows() and next_pow2(C) <= policy.rowlocal_max_cols()
 
 
-def _rowwise_t_amax(x2, common, row_slots: bool, reverse: bool):
-    """``_rowwise_t_amax2d_kernel``: (row slots or None, column slots, slot rows of each) for
-    programs of ``rowwise_t_amax_tile``."""
-    R, C = x2.shape
-    prog_r, sub_r, tc = policy.rowwise_t_amax_tile(x2)
-    sub_r, tc = min(sub_r, next_pow2(R)), min(tc, next_pow2(C))
-    prog_r = max(sub_r, min(prog_r, next_pow2(R)))
-    pr, pc = cdiv(R, prog_r), cdiv(C, tc)
-    cslot = torch.empty((pr, C), dtype=torch.int32, device=x2.device)
-    rslot = torch.empty((pc, R), dtype=torch.int32, device=x2.device) if row_slots else cslot
-    _k8r._rowwise_t_amax2d_kernel[(pr * pc,)](_arg(x2), rslot, cslot, R, C, *x2.stride(), IN_BF16=common["IN_BF16"],
-                                              PROG_R=prog_r, SUB_R=sub_r, TILE_C=tc, ROW_SLOTS=row_slots,
-                                              REVERSE=reverse, num_warps=max(1, min(8, sub_r * tc // 256)))
-    return (rslot if row_slots else None), cslot, pr, pc
-
-
-def _fp8_rowwise_t_tiles(x2, q2, qt, common):
-    """Rowwise with the transposed copy in three launches (``quantize_fp8_rowwise_t_kernels``):
-    row and column partial-amax slots (programs of ``rowwise_t_amax_tile``), row and column scales
-    from the slots, then the sweep cast writing both copies. Returns (row scales, column scales)."""
-    R, C = x2.shape
-    scale, ys_r, st, ys_c = _fp32(x2, R), _fp32(x2, R), _fp32(x2, C), _fp32(x2, C)
-    rslot, cslot, pr, pc = _rowwise_t_amax(x2, common, True, False)
-    bn = min(256, next_pow2(max(R, C)))
-    _k8r._rowwise_t_scales_kernel[(cdiv(R, bn) + cdiv(C, bn),)](
-        rslot, cslot, scale, ys_r, st, ys_c, R, C, pr, pc, BLOCK_P=8, BLOCK_N=bn, FMAX=common["FMAX"],
-        enable_fp_fusion=False, num_warps=4)
-    prog_r, sub_r = policy.rowwise_t_sweep_rows()
-    tc = min(policy.block_t_tile(), next_pow2(C))
-    sub_r = min(sub_r, next_pow2(R))
-    prog_r = max(sub_r, min(prog_r, next_pow2(R)))
-    _k8r._cast_rowwise_t_sweep_kernel[(cdiv(R, prog_r) * cdiv(C, tc),)](
-        _arg(x2), scale, ys_r, st, ys_c, q2, qt, R, C, *x2.stride(), *q2.stride(), IN_BF16=common["IN_BF16"],
-        PROG_R=prog_r, SUB_R=sub_r, TILE_C=tc, **_fmt_args(common), enable_fp_fusion=False,
-        num_warps=policy.t_sweep_warps(sub_r * tc))
-    return scale, st
-
-
-def _fp8_rowwise_t_split(x2, q2, qt, common):
-    """Rowwise with the transposed copy as four launches (``rowwise_t_split``): column amax slots
-    (last to first with ``cols_t_reverse``), column scales, x's copy by the row-local rowwise cast,
-    then the transposed copy alone (``_cast_cols_t_kernel`` with the column scales given).
-    Returns (row scales, column scales)."""
-    R, C = x2.shape
-    st, ys_c = _fp32(x2, C), _fp32(x2, C)
-    _, cslot, pr, _ = _rowwise_t_amax(x2, common, False, policy.cols_t_reverse())
-    bn = min(256, next_pow2(C))
-    _k8r._rowwise_t_scales_kernel[(cdiv(C, bn),)](
-        cslot, cslot, st, ys_c, st, ys_c, 0, C, pr, 1, BLOCK_P=8, BLOCK_N=bn, FMAX=common["FMAX"],
-        enable_fp_fusion=False, num_warps=4)
-    scale, _ = _fp8_rowwise(x2, q2, q2, False, common)
-    _fp8_cols_t(x2, qt, st, ys_c, 1, policy.cols_t_rows(), True, common)
-    return scale, st
-
-
-def _fp8_cols_t(x2, qt, st, ysc, n_stc: int, rows: int, given: bool, common):
-    """``qt`` alone by ``_cast_cols_t_kernel``: tiles of ``rows`` x ``cols_t_cols`` (``rows`` the
-    block height, or ``cols_t_rows`` with the scales ``given``)."""
-    R, C = x2.shape
-    tc = min(policy.cols_t_cols(), next_pow2(C))
-    rows = min(rows, next_pow2(R)) if given else rows
-    warps = policy.cols_t_warps(rows * tc)
-    _k8c._cast_cols_t_kernel[(cdiv(R, rows) * cdiv(C, tc),)](
-        _arg(x2), qt, st, ysc, R, C, *x2.stride(), n_stc, IN_BF16=common["IN_BF16"], BR=rows, TILE_C=tc,
-        SUB_R=min(rows, policy.cols_t_slice_rows()), GIVEN=given, REVERSE=policy.cols_t_reverse(), **_fmt_args(common), enable_fp_fusion=False,
-        num_warps=warps, **_maxnreg(policy.cols_t_maxnreg(warps)))
-
-
 def _fmt_args(common) -> dict:
     return {k: common[k] for k in ("FMAX", "EMIN", "MBITS", "IS_E4M3", "HW_CVT")}
-
-
-def _fp8_block_t_tiles(x2, q2, qt, block, common):
-    """1xBC blocks with the transposed copy (BCx1 blocks of x): a program per BC x ``block_t_tile``
-    tile in two sweeps of ``block_t_sweep_rows`` rows (``_cast_1xn_t_sweep_kernel``). Returns both
-    scales."""
-    R, C = x2.shape
-    bc = block.cols
-    tc = max(bc, min(policy.block_t_tile(), next_pow2(C)))
-    n_sc, n_stc = cdiv(C, bc), cdiv(R, bc)
-    scale, st = _fp32(x2, R, n_sc), _fp32(x2, C, n_stc)
-    sub = min(bc, policy.block_t_sweep_rows())
-    _k8x._cast_1xn_t_sweep_kernel[(cdiv(R, bc) * cdiv(C, tc),)](
-        _arg(x2), q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), n_sc, n_stc, IN_BF16=common["IN_BF16"],
-        BC=bc, SUB_R=sub, TILE_C=tc, PREFETCH=policy.block_t_sweep_prefetch(), **_fmt_args(common),
-        enable_fp_fusion=False, num_warps=policy.t_sweep_warps(sub * tc))
-    return scale, st
-
-
-def _fp8_block_t_split(x2, q2, qt, bc: int, common, rowlocal):
-    """1xBC blocks with the transposed copy (BCx1 blocks of x) as two launches (``block_t_split``):
-    x's copy by the row-local 1xBC cast (its arguments ``rowlocal``), then the transposed copy alone
-    (``_cast_cols_t_kernel``, BC-row tiles). Returns both scales."""
-    R, C = x2.shape
-    n_sc, n_stc = cdiv(C, bc), cdiv(R, bc)
-    scale, st = _fp32(x2, R, n_sc), _fp32(x2, C, n_stc)
-    _fp8_rowlocal(x2, q2, scale, bc, n_sc, rowlocal)
-    _fp8_cols_t(x2, qt, st, st, n_stc, bc, False, common)
-    return scale, st
-
-
-def _fp8_square_t(x2, q2, qt, b, common):
-    """BxB blocks with the transposed copy (its blocks are q's): a block a program
-    (``quantize_fp8_transpose_kernels._cast_square_t_reg_kernel``, the block held in registers, with
-    ``square_t_one_read`` up to 128x128; else ``_cast_square_t_kernel``, two sweeps of slices).
-    Returns both scales."""
-    R, C = x2.shape
-    n_sc, n_stc = cdiv(C, b), cdiv(R, b)
-    scale, st = _fp32(x2, n_stc, n_sc), _fp32(x2, n_sc, n_stc)
-    if policy.square_t_one_read() and b <= 128:
-        warps = policy.square_t_one_read_warps(b * b)
-        _k8x._cast_square_t_reg_kernel[(n_stc * n_sc,)](
-            _arg(x2), q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), n_sc, n_stc, IN_BF16=common["IN_BF16"],
-            B=b, **_fmt_args(common), enable_fp_fusion=False, num_warps=warps,
-            **_maxnreg(policy.square_t_one_read_maxnreg(warps)))
-        return scale, st
-    sub = min(b, policy.block_t_sweep_rows())
-    _k8x._cast_square_t_kernel[(n_stc * n_sc,)](
-        _arg(x2), q2, scale, qt, st, R, C, *x2.stride(), *q2.stride(), n_sc, n_stc, IN_BF16=common["IN_BF16"], B=b,
-        SUB_R=sub, **_fmt_args(common), enable_fp_fusion=False, num_warps=policy.t_sweep_warps(sub * b))
-    return scale, st
 
 
 def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
@@ -449,13 +312,13 @@ def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
                     LOG2_FMAX=math.frexp(fmt.max)[1] - 1)  # the row-local walk's arguments
     if transposed and not mx and block.rows == 1 and block.cols >= 16 and policy.block_t_split() \
             and policy.rowlocal_blocks():
-        return _fp8_block_t_split(x2, q2, qt, block.cols, common, rowlocal)
+        return _tl._fp8_block_t_split(x2, q2, qt, block.cols, common, rowlocal)
     if transposed and not mx and block.rows == 1 and block.cols >= 8 and policy.block_t_tiles():
-        return _fp8_block_t_tiles(x2, q2, qt, block, common)
+        return _tl._fp8_block_t_tiles(x2, q2, qt, block, common)
     R, C = x2.shape
     if transposed and not mx and block.rows == block.cols == tblock.rows == tblock.cols > 1 \
             and _pow2_block(block.rows) and policy.square_t_kernel():
-        return _fp8_square_t(x2, q2, qt, block.rows, common)
+        return _tl._fp8_square_t(x2, q2, qt, block.rows, common)
     sdt = torch.uint8 if mx else torch.float32  # MX: E8M0 codes
     if not transposed and block.rows == 1 and block.cols >= 16 and policy.rowlocal_blocks():
         scale = torch.empty((R, cdiv(C, block.cols)), dtype=sdt, device=x2.device)

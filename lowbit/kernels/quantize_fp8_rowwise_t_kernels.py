@@ -9,7 +9,9 @@ sign bit set where its part holds NaN or inf; no atomics, no zero-filled buffer)
 ``_rowwise_t_scales_kernel`` (max of the slots: row and column scales and RN(1/s'), negative for a
 flagged row) and ``_cast_rowwise_t_sweep_kernel`` (the cast in slices of a (PROG_R, TILE_C) block,
 the column parts once a program, both codes made in x's layout; a slice with a flagged row takes
-the plain encode).
+the plain encode). With ``rowwise_t_split`` (the default) the amax pass runs without its row
+slots (``ROW_SLOTS``), the slot reduction makes the column scales only, and the casts are the
+row-local rowwise one and ``quantize_fp8_cols_t_kernels`` (the scales given).
 
 H200 (2026-12-01, 16384x4096 bf16, kernel time, bit-exact there): 0.218 ms in all (29% of copy;
 session 5: 0.339), the cast 0.143 of it (session 5's 64x64 tile kernel: 0.195), the amax pass
