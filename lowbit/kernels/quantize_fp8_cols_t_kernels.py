@@ -36,8 +36,8 @@ import triton
 import triton.language as tl
 
 from .quantize_fp8_rowwise_t_kernels import _parts_of
-from .quantize_fp8_transpose_kernels import _E4M3, _I32, _abs_bits, _codes_finite, _codes_plain, _finite_slices_max, \
-    _key_bits, _sign
+from .quantize_fp8_transpose_kernels import _E4M3, _I32, _codes_finite, _codes_plain, _finite_slices_max, _key_bits, \
+    _load_tile, _sign
 from .quantize_jit_helpers import _amax_to_scale, _div_parts, _load_f32, scan_spec
 
 __all__ = ["SCAN_SPECS"]
@@ -58,17 +58,8 @@ def _cast_cols_t_kernel(x_ptr, qt_ptr, st_ptr, ysc_ptr, R, C, sxr, sxc, n_stc, I
     bi = pid // n_tc
     rows = bi * BR + tl.arange(0, BR)
     cols = (pid % n_tc) * TILE_C + tl.arange(0, TILE_C)
-    mask = (rows[:, None] < R) & (cols[None, :] < C)
-    ptrs = x_ptr + rows[:, None].to(tl.int64) * sxr + cols[None, :].to(tl.int64) * sxc
-    if IN_BF16:
-        bits = tl.load(ptrs, mask=mask, other=0)
-        key = bits & 0x7FFF  # |x| in float order (NaN above inf), as _abs_key
-        x = (bits.to(tl.int32) << 16).to(tl.float32, bitcast=True)
-        INF: tl.constexpr = 0x7F80
-    else:
-        x = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-        key = _abs_bits(x)
-        INF: tl.constexpr = 0x7F800000
+    x, key = _load_tile(x_ptr, rows, cols, R, C, sxr, sxc, IN_BF16)
+    INF: tl.constexpr = 0x7F80 if IN_BF16 else 0x7F800000
     ck = tl.max(key, axis=0)
     finite = tl.max(ck, axis=0) < INF
     if GIVEN:

@@ -122,6 +122,19 @@ def _get_amax(amax_ptr, n_amax, AMAX_BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _tensor_scale(scale_ptr, amax_ptr, n_amax, DELAYED: tl.constexpr, AMAX_BLOCK: tl.constexpr, FMAX: tl.constexpr):
+    """The scale of a tensorwise cast: the state's at ``scale_ptr`` (``DELAYED``), or
+    ``amax_to_scale`` of the tensor amax (``_get_amax``), which program 0 writes to ``scale_ptr``."""
+    if DELAYED:
+        scale = tl.load(scale_ptr)
+    else:
+        scale = _amax_to_scale(_get_amax(amax_ptr, n_amax, AMAX_BLOCK), FMAX)
+        if tl.program_id(0) == 0:
+            tl.store(scale_ptr, scale)
+    return scale
+
+
+@triton.jit
 def _amax_kernel(x_ptr, amax_ptr, R, C, sxr, sxc, n_tiles_c, n_tiles,
                  IN_BF16: tl.constexpr, FLAT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
                  AMAX_SLOTS: tl.constexpr, AMAX_VEC: tl.constexpr, PREFETCH: tl.constexpr, REVERSE: tl.constexpr):
@@ -182,13 +195,7 @@ def _cast_tensor_kernel(x_ptr, q_ptr, qt_ptr, scale_ptr, amax_ptr, R, C, sxr, sx
     amax_to_scale(amax)`` with the amax of the ``n_amax`` values at ``amax_ptr`` (``_get_amax``),
     written to ``scale_ptr``."""
     pid = tl.program_id(0)
-    if DELAYED:
-        scale = tl.load(scale_ptr)
-    else:
-        scale = _amax_to_scale(_get_amax(amax_ptr, n_amax, AMAX_BLOCK), FMAX)
-        if pid == 0:
-            tl.store(scale_ptr, scale)
-    p2k, sp, ys = _div_parts(scale, FAST_DIV)
+    p2k, sp, ys = _div_parts(_tensor_scale(scale_ptr, amax_ptr, n_amax, DELAYED, AMAX_BLOCK, FMAX), FAST_DIV)
     acc = tl.zeros([BLOCK_R, BLOCK_C // AMAX_VEC], tl.float32)
     x_next = _prefetch(x_ptr, pid, n_tiles_c, R, C, sxr, sxc, IN_BF16, FLAT, BLOCK_R, BLOCK_C, PREFETCH)
     for t in range(pid, n_tiles, tl.num_programs(0)):

@@ -53,7 +53,7 @@ import triton
 import triton.language as tl
 
 from .quantize_fp8_block_kernels import _store_block_scales
-from .quantize_fp8_tensor_row_kernels import _get_amax
+from .quantize_fp8_tensor_row_kernels import _tensor_scale
 from .quantize_jit_helpers import _amax_to_scale, _div_parts, _finite_abs, _grid_round, _load_f32, _quantize_fp8, \
     scan_spec
 
@@ -141,6 +141,22 @@ def _abs_key(x_ptr, rows, cols, R, C, sxr, sxc, IN_BF16: tl.constexpr):
         return tl.load(ptrs, mask=mask, other=0) & 0x7FFF
     else:
         return _abs_bits(_load_f32(ptrs, mask, IN_BF16))
+
+
+@triton.jit
+def _load_tile(x_ptr, rows, cols, R, C, sxr, sxc, IN_BF16: tl.constexpr):
+    """(fp32 x, |x| key) of the (rows, cols) tile, for the kernels that keep it in registers: the
+    key as ``_abs_key``'s (bf16: the 15 magnitude bits of the loaded int16, one load for both)."""
+    mask = (rows[:, None] < R) & (cols[None, :] < C)
+    ptrs = x_ptr + rows[:, None].to(tl.int64) * sxr + cols[None, :].to(tl.int64) * sxc
+    if IN_BF16:
+        bits = tl.load(ptrs, mask=mask, other=0)
+        key = bits & 0x7FFF
+        x = (bits.to(tl.int32) << 16).to(tl.float32, bitcast=True)
+    else:
+        x = _load_f32(ptrs, mask, IN_BF16)
+        key = _abs_bits(x)
+    return x, key
 
 
 @triton.jit
@@ -296,17 +312,8 @@ def _cast_square_t_reg_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, R, C, sxr, sx
     bj = pid % n_bc
     rows = bi * B + tl.arange(0, B)
     cols = bj * B + tl.arange(0, B)
-    mask = (rows[:, None] < R) & (cols[None, :] < C)
-    ptrs = x_ptr + rows[:, None].to(tl.int64) * sxr + cols[None, :].to(tl.int64) * sxc
-    if IN_BF16:
-        bits = tl.load(ptrs, mask=mask, other=0)
-        key = bits & 0x7FFF  # |x| in float order (NaN above inf), as _abs_key
-        x = (bits.to(tl.int32) << 16).to(tl.float32, bitcast=True)
-        INF: tl.constexpr = 0x7F80
-    else:
-        x = _load_f32(ptrs, mask, IN_BF16)
-        key = _abs_bits(x)
-        INF: tl.constexpr = 0x7F800000
+    x, key = _load_tile(x_ptr, rows, cols, R, C, sxr, sxc, IN_BF16)
+    INF: tl.constexpr = 0x7F80 if IN_BF16 else 0x7F800000
     top = tl.max(tl.max(key, axis=1), axis=0)
     finite = top < INF
     amax = _key_bits(top, IN_BF16).to(tl.float32, bitcast=True)
@@ -339,27 +346,12 @@ def _cast_tensor_t_reg_kernel(x_ptr, q_ptr, qt_ptr, scale_ptr, amax_ptr, R, C, s
     ``|q0|`` (RN is monotonic), so the guard never fires and the clamp ``min(|q|, fmax)`` is the
     reference's saturation; other tiles take the plain encode (NaN, inf, and quotients past 2^99)."""
     pid = tl.program_id(0)
-    if DELAYED:
-        scale = tl.load(scale_ptr)
-    else:
-        scale = _amax_to_scale(_get_amax(amax_ptr, n_amax, AMAX_BLOCK), FMAX)
-        if pid == 0:
-            tl.store(scale_ptr, scale)
-    p2k, sp, ys = _div_parts(scale, True)
+    p2k, sp, ys = _div_parts(_tensor_scale(scale_ptr, amax_ptr, n_amax, DELAYED, AMAX_BLOCK, FMAX), True)
     n_bc = tl.cdiv(C, BC)
     rows = (pid // n_bc) * BR + tl.arange(0, BR)
     cols = (pid % n_bc) * BC + tl.arange(0, BC)
-    mask = (rows[:, None] < R) & (cols[None, :] < C)
-    ptrs = x_ptr + rows[:, None].to(tl.int64) * sxr + cols[None, :].to(tl.int64) * sxc
-    if IN_BF16:
-        bits = tl.load(ptrs, mask=mask, other=0)
-        key = bits & 0x7FFF  # |x| in float order (NaN above inf), as _abs_key
-        x = (bits.to(tl.int32) << 16).to(tl.float32, bitcast=True)
-        INF: tl.constexpr = 0x7F80
-    else:
-        x = _load_f32(ptrs, mask, IN_BF16)
-        key = _abs_bits(x)
-        INF: tl.constexpr = 0x7F800000
+    x, key = _load_tile(x_ptr, rows, cols, R, C, sxr, sxc, IN_BF16)
+    INF: tl.constexpr = 0x7F80 if IN_BF16 else 0x7F800000
     top = tl.max(tl.max(key, axis=1), axis=0)
     amax = _key_bits(top, IN_BF16).to(tl.float32, bitcast=True)
     finite = top < INF
