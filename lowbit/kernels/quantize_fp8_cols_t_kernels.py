@@ -15,18 +15,20 @@ the column amax to the codes:
 
 Codes: a tile whose every |x| is finite takes ``_codes_finite`` (``min(|x / s|, fmax)`` with x's
 sign, one ``cvt.rn.satfinite``: valid because ``|x| <= amax`` of its column), else the plain
-encode (NaN -> 0x7F | sign, the clamp). The division is ``_div_rn``'s per-scale parts (one
-``div.rn`` a column and thread), the codes are made in x's layout (a thread holds few columns)
-and transposed as codes (one byte an element through shared memory). ``REVERSE`` walks the tiles
+encode (NaN -> 0x7F | sign, the clamp). The division is ``_div_rn``'s per-scale parts. Triton
+(3.6, sm_90) makes the codes in a column-major register layout (the loaded bf16 tile goes through
+shared memory once; the codes' transposition is then free) and, the column amax being stored to
+``st`` and read back as a fresh 1-D tensor, makes each column's two divisions in one thread
+before it broadcasts the parts (TTGIR checked at the default tiles). ``REVERSE`` walks the tiles
 last to first, so the tiles the row-local cast wrote last (still in L2) are read first. The rare
 paths (the finite amax and the plain encode of a tile holding NaN or inf) re-read the tile from
 L2 in SUB_R-row slices instead of keeping it: with them on the held tile the kernel took 255
 registers and 552 bytes of stack.
 
-Every thread holding a column makes its scale parts (two divisions), so rows a thread are the
-lever: a 128x32 tile at 1 warp (16 rows x 8 columns a thread) costs 12.7 SASS instructions an
-element on the finite path, 168 registers, 12 programs an SM (sm_90, triton 3.6); 128x64 at 8
-warps cost 47. H200 (2026-12-02, 8192x8192 bf16, kernel time, bit-exact there): the kernel alone
+Rows a thread are the lever on the per-column work: a 128x32 tile at 1 warp (16 rows x 8 columns
+a thread) costs 12.7 SASS instructions an element on the finite path, 168 registers, 12 programs
+an SM (sm_90, triton 3.6); 128x64 at 8 warps cost 36 (47 without the round trip through ``st``,
+the divisions then in every thread holding the column). H200 (2026-12-02, 8192x8192 bf16, kernel time, bit-exact there): the kernel alone
 0.066 ms (1x128) and 0.062 (rowwise, 64x32 tiles); 1x128 + T in all 0.122 ms against 0.183 for
 the one-launch sweep kernel, rowwise + T 0.167 against 0.224.
 """
@@ -69,8 +71,8 @@ def _cast_cols_t_kernel(x_ptr, qt_ptr, st_ptr, ysc_ptr, R, C, sxr, sxc, n_stc, I
         amax = _key_bits(ck, IN_BF16).to(tl.float32, bitcast=True)
         if not finite:  # rare: NaN or inf in the tile; the amax of the finite |x|, slice by slice from L2
             amax = tl.max(_finite_slices_max(x_ptr, bi * BR, cols, R, C, sxr, sxc, IN_BF16, BR, SUB_R), axis=0)
-        # the column amax through st: read back one column a thread (not the reduction's
-        # replicated layout), so each column's two divisions run once, not once a row of threads
+        # the column amax through st, read back as a fresh 1-D tensor (one column a thread): the
+        # scale's two divisions are then made once a column, not in every thread holding it
         s_ptrs = st_ptr + cols.to(tl.int64) * n_stc + bi
         tl.store(s_ptrs, amax, mask=cols < C)
         tl.debug_barrier()
