@@ -297,7 +297,7 @@ def sweep_rows():
     rows += [(f"cols T maxnreg {n}", dict(cols_t_maxnreg=lambda w, n=n: n), both_t) for n in (128, 168)]
     tw_t = _named("delayed e4m3 +T", "current e5m2 +T")
     rows += [("T one read off", dict(transpose_one_read=F), tw_t),
-             ("T one read 128x128 8w", dict(transpose_one_read_tile=lambda: (128, 128)), tw_t),
+             ("T one read 64x128 4w", dict(transpose_one_read_tile=lambda: (64, 128)), tw_t),
              ("T one read 32x128 2w", dict(transpose_one_read_tile=lambda: (32, 128)), tw_t),
              ("T one read free regs", dict(transpose_one_read_maxnreg=lambda w: None), tw_t)]
     rows += [("T old", dict(block_t_tiles=F, rowwise_t_tiles=F, square_t_kernel=F, block_t_split=F,

@@ -41,8 +41,8 @@ scale need not come from the tile's amax.
 H200 (2026-12-01, 16384x4096 bf16, kernel time, bit-exact there): 1x128 + T 0.184 ms (35% of
 copy; session 5's whole-tile kernel, 128 registers and spills, 0.264; the chunk kernel 0.428),
 128x128 + T 0.0765 ms (83%) by the one-read kernel at 8 warps capped at 80 registers (3 programs
-an SM), the two-sweep kernel 0.0875 (73%; ``_cast_blocks_kernel`` 0.148); delayed E4M3 + T 0.0737
-ms (87%, 2026-12-02) by the tensorwise one-read kernel at 64 x 128 tiles, 4 warps capped at 80
+an SM), the two-sweep kernel 0.0875 (73%; ``_cast_blocks_kernel`` 0.148); delayed E4M3 + T 0.0796
+ms (80%, 2026-12-02) by the tensorwise one-read kernel at 128 x 128 tiles, 8 warps capped at 80
 registers (``_cast_tensor_kernel``'s grid-stride tiles: 0.0836). Static profile
 (triton 3.6, sm_90, ``benchmarks/quantize_sass.py``): the sweep kernels at 4 warps, 255 / 168
 registers, no spills; the one-read kernel 80 registers, 48 bytes of stack.

@@ -37,30 +37,31 @@ def transpose_maxnreg(num_warps: int):
 def transpose_one_read() -> bool:
     """The tensorwise casts with the transposed copy by ``_cast_tensor_t_reg_kernel`` (each tile
     read once and held in registers, as the 128x128 block cast) instead of ``_cast_tensor_kernel``'s
-    grid-stride tiles (H200, 2026-12-02, 8192x8192 bf16, kernel time, bit-exact there: delayed
-    E4M3 + T 0.0743 ms against 0.0836, current E5M2 + T 0.112 against 0.119)."""
+    grid-stride tiles (H200, 2026-12-02, kernel time, bit-exact there: delayed E4M3 + T 0.0796 ms
+    at 16384x4096 and 8192x8192 against 0.0836, current E5M2 + T 0.119 either way)."""
     return True
 
 
 def transpose_one_read_tile() -> tuple:
-    """(rows, columns) of a tile of ``_cast_tensor_t_reg_kernel``: 64 x 128 (H200, 2026-12-02,
-    8192x8192 bf16, kernel time, the compiler's registers at 4 warps: delayed E4M3 + T 0.0777 ms
-    against 0.0796 at 128 x 128 (8 warps, 80 registers), 0.0802 at 128 x 64, 0.0819 at 32 x 128;
-    current E5M2 + T 0.112 against 0.119, 0.120 and 0.115)."""
-    return 64, 128
+    """(rows, columns) of a tile of ``_cast_tensor_t_reg_kernel``: 128 x 128 (8 warps, 80
+    registers). H200 (2026-12-02, 8192x8192 bf16, kernel time): 64 x 128 at 4 warps ran the cast
+    faster alone (delayed E4M3 + T 0.0743 ms capped at 80 registers, 0.0777 at the compiler's 96,
+    against 0.0796; current E5M2 + T 0.112 against 0.119), but the compiled FFN step with lowbit
+    fp8 (``benchmarks/ffn_train.py``) ran 9.95 ms with it, twice, against 8.36 with 128 x 128; the
+    eager step 8.95 against 8.90 (cause not found). 128 x 64: 0.0802; 32 x 128: 0.0819."""
+    return 128, 128
 
 
 def transpose_one_read_warps(elems: int) -> int:
-    """Warps of ``_cast_tensor_t_reg_kernel``: 64 elements a thread (4 at 64 x 128)."""
+    """Warps of ``_cast_tensor_t_reg_kernel``: 64 elements a thread (8 at 128 x 128)."""
     return max(1, min(8, elems // 2048))
 
 
 def transpose_one_read_maxnreg(num_warps: int):
-    """Registers a thread at most of ``_cast_tensor_t_reg_kernel``: 80 at 4 and 8 warps (6 programs
-    an SM at 64 x 128, 16 bytes of stack; 3 at 128 x 128). H200 (2026-12-02, 8192x8192 bf16,
-    kernel time, bit-exact there): delayed E4M3 + T 0.0737 ms (86% of copy) against 0.0777 with
-    the compiler's 96, current E5M2 + T 0.112 either way; at 128 x 128 the compiler's 128 gave
-    0.0949 against 0.0796."""
+    """Registers a thread at most of ``_cast_tensor_t_reg_kernel``: 80 at 4 and 8 warps (3 programs
+    an SM at 128 x 128, 16 bytes of stack; 6 at 64 x 128). H200 (2026-12-02, 8192x8192 bf16,
+    kernel time, bit-exact there): at 128 x 128 the compiler's 128 registers gave delayed E4M3 + T
+    0.0949 ms against 0.0796; at 64 x 128, 0.0777 with its 96 against 0.0743."""
     return 80 if num_warps in (4, 8) else None
 
 
