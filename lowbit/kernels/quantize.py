@@ -149,7 +149,12 @@ def _fp8_tensorwise(x2, q2, qt, kind, state, transposed, common):
     (``_delayed_update``). Current: the amax kernel, then the cast with ``amax_to_scale(amax)``.
     The amax goes to one slot a program (``quantize_policy.*_amax_slots``) or, by atomic max, to a
     zero-filled scalar. Non-transposed contiguous x is walked as a flat array (``FLAT``, the
-    ``stream_*`` geometry). Returns the scale."""
+    ``stream_*`` geometry). With the transposed copy and ``transpose_one_read`` the cast is
+    ``quantize_t_launch._fp8_tensor_t_one_read``'s. Returns the scale."""
+    delayed = kind == "delayed"
+    one_read = transposed and policy.transpose_one_read()
+    if one_read and delayed:  # no amax pass; the cast's own amax slots
+        return _tl._fp8_tensor_t_one_read(x2, q2, qt, None, None, 0, state, common)
     R, C = x2.shape
     flat = not transposed and x2.is_contiguous() and q2.is_contiguous()
     if flat:
@@ -170,7 +175,6 @@ def _fp8_tensorwise(x2, q2, qt, kind, state, transposed, common):
             prefetch = policy.transpose_prefetch()
         programs = min(n_tiles, policy.max_programs(x2, br * bc, opts["num_warps"]))
         vec = 1
-    delayed = kind == "delayed"
     slots = policy.delayed_amax_slots() if delayed else policy.current_amax_slots()
     walk = dict(FLAT=flat, BLOCK_R=br, BLOCK_C=bc, PREFETCH=prefetch, AMAX_VEC=vec, **opts)
     if delayed:
@@ -184,8 +188,8 @@ def _fp8_tensorwise(x2, q2, qt, kind, state, transposed, common):
         _k8t._amax_kernel[(n_amax if slots else programs,)](_arg(x2), amax, R, C, *x2.stride(), n_c, n_tiles,
                                                            IN_BF16=common["IN_BF16"], AMAX_SLOTS=slots,
                                                            REVERSE=policy.amax_reverse_walk(), **walk)
-    if transposed and policy.transpose_one_read():
-        return _tl._fp8_tensor_t_one_read(x2, q2, qt, scale, amax, n_amax, state if delayed else None, common)
+    if one_read:  # current scaling, after the amax pass
+        return _tl._fp8_tensor_t_one_read(x2, q2, qt, scale, amax, n_amax, None, common)
     _k8t._cast_tensor_kernel[(programs,)](
         _arg(x2), q2, qt, scale, amax, R, C, *x2.stride(), *q2.stride(), n_c, n_tiles, n_amax, DELAYED=delayed,
         WRITE_T=transposed, AMAX_SLOTS=delayed and slots, AMAX_BLOCK=1 if delayed else _amax_block(n_amax),

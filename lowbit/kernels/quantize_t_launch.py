@@ -19,7 +19,7 @@ from .launch_math import cdiv, next_pow2
 def _fp8_tensor_t_one_read(x2, q2, qt, scale, amax, n_amax: int, state, common):
     """Tensorwise with the transposed copy by ``_cast_tensor_t_reg_kernel`` (``transpose_one_read``:
     a tile of ``transpose_one_read_tile`` a program, read once and held in registers). Delayed
-    (``state`` given): one amax slot a tile, then the state update. Current: ``amax`` (``n_amax``
+    (``state`` given; ``scale`` and ``amax`` unused): one amax slot a tile, then the state update. Current: ``amax`` (``n_amax``
     values) from the amax pass, ``scale`` written by the kernel. Returns the scale."""
     R, C = x2.shape
     br, bc = policy.transpose_one_read_tile()
