@@ -105,6 +105,15 @@ def _wall_ms(fn, reps: int = 2) -> float:
     return (time.perf_counter() - t) * 1e3 / reps
 
 
+def patterns(device):
+    """Every bf16 bit pattern twice, (1024, 128): in order (runs of one exponent: blocks whose amax
+    sets every scale, NaN and inf blocks) and in a random permutation (small elements under large
+    ones)."""
+    bits = torch.arange(-32768, 32768, dtype=torch.int32)
+    perm = bits[torch.randperm(65536, generator=torch.Generator().manual_seed(5))]
+    return torch.cat([bits, perm]).to(torch.int16).view(torch.bfloat16).reshape(1024, 128).to(device)
+
+
 def specials(shape, device):
     """bf16 over several binades with special values; the raw ``BF16_BITS`` patterns are written
     into the bf16 bits (a float conversion on the GPU would make every NaN the positive canonical one)."""
@@ -286,7 +295,9 @@ def sweep_rows():
     t_casts = _named("block 1x128 +T", "rowwise e4m3 +T", "block 128x128 +T")
     block_t, rowwise_t = _named("block 1x128 +T"), _named("rowwise e4m3 +T")
     both_t = block_t + rowwise_t
-    rows = [("cols T not split", dict(block_t_split=F, rowwise_t_split=F), both_t),
+    mx4 = _named("mxfp4 1x32")
+    rows = [("fp4 pairs off", dict(rowlocal_fp4_pairs=F), mx4), ("fp4 pairs fp32 encode", dict(fp4_ptx_encode=F), mx4)]
+    rows += [("cols T not split", dict(block_t_split=F, rowwise_t_split=F), both_t),
             ("cols T forward", dict(cols_t_reverse=F), both_t)]
     rows += [(f"cols T {c} cols {w}w", dict(cols_t_cols=lambda c=c: c, cols_t_warps=lambda e, w=w: w), block_t)
              for c, w in ((32, 1), (16, 1), (64, 1), (32, 2), (128, 4))]
@@ -460,12 +471,14 @@ def main():
     shapes = [tuple(map(int, sh.split("x"))) for sh in args.shape] if args.shape else \
         SHAPES[:1] if args.quick else SHAPES
     small = specials((1024, 4096) if gpu else (64, 256), dev)
+    every = patterns(dev)
     for si, shape in enumerate(shapes):
         x = torch.randn(shape, device=dev, dtype=torch.bfloat16)
         for v in variants():
             name = v[0]
             ideal, moved = nbytes(*v, shape)
-            err = guarded(rows, f"{name} check", lambda: check(*v, x) + (check(*v, small) if si == 0 else ""))
+            err = guarded(rows, f"{name} check", lambda: check(*v, x) + (check(*v, small) if si == 0 else "")
+                          + (check(*v, every) if si == 0 and v[1] == "fp4" else ""))
             err = "the check raised (see the traceback above)" if err is None else err
             if err:
                 print(f"MISMATCH {name} {shape}: {err}", flush=True)

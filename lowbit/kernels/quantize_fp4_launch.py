@@ -21,6 +21,7 @@ from ..scaling.recipes import MX, NV, ROLES
 from . import quantize_fp4_kernels as _k4
 from . import quantize_fp8_tensor_row_kernels as _k8t
 from . import quantize_policy as policy
+from .interpret import interpreting
 from .launch_math import cdiv
 from .quantize import _IN_KIND, _accepts, _arg, _flat_tiles, _pow2_block, _rowlocal_grid, _rows, _tile
 
@@ -55,6 +56,12 @@ def _fp4_rowlocal(x2, q, scale, bc: int, n_sc: int, rceil: bool):
     ``_fp8_rowlocal``, its own prefetch and finite-tile levers, no register cap)."""
     R, C = x2.shape
     n_groups, tr, n_tiles, warps, grid = _rowlocal_grid(x2, bc, n_sc)
+    if policy.rowlocal_fp4_pairs() and x2.dtype == torch.bfloat16 and x2.is_contiguous() and C % bc == 0 \
+            and x2.storage_offset() % 2 == 0:
+        _k4._mx_fp4_pairs_kernel[grid](x2.view(torch.int32), q, scale, n_groups, n_tiles, TR=tr, BC=bc,
+                                       RCEIL=rceil, ASM=policy.fp4_ptx_encode() and not interpreting(),
+                                       enable_fp_fusion=False, num_warps=warps)
+        return
     _k4._mx_fp4_rowblock_kernel[grid](
         _arg(x2), q, scale, R, C, *x2.stride(), n_sc, n_groups, n_tiles, IN_BF16=x2.dtype == torch.bfloat16,
         FLAT=x2.is_contiguous() and C % bc == 0, TR=tr, BC=bc, PREFETCH=policy.rowlocal_fp4_prefetch(),

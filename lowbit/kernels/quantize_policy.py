@@ -308,6 +308,18 @@ def rowlocal_fp4_prefetch() -> bool:
     return False
 
 
+def rowlocal_fp4_pairs() -> bool:
+    """The row-local MX-FP4 cast of a contiguous bf16 x by ``_mx_fp4_pairs_kernel`` (int32 words of
+    two elements in, a code byte a word out) instead of ``_mx_fp4_rowblock_kernel``."""
+    return True
+
+
+def fp4_ptx_encode() -> bool:
+    """On the GPU, ``_mx_fp4_pairs_kernel`` encodes a pair of elements at a time in PTX
+    (``e2m1_encode._e2m1_pairs``: bf16x2 and 16-bit SIMD) instead of two fp32 ``_e2m1_signed``."""
+    return True
+
+
 def rowlocal_fp4_finite() -> bool:
     """The row-local MX-FP4 cast's finite-tile path (as ``rowlocal_finite_tiles``): off (74
     registers for 26.7 instructions an element on the finite path; capped at 48 it spills in the

@@ -271,7 +271,8 @@ class _Spy:
 def _spy(monkeypatch):
     seen = []
     for mod, name in ((kq._k8g, "_cast_rowblock_kernel"), (kq._k8b, "_cast_blocks_kernel"),
-                      (kq._k8t, "_cast_rows_kernel"), (kq._k4, "_mx_fp4_rowblock_kernel"), (kq._k4, "_fp4_cast_kernel"),
+                      (kq._k8t, "_cast_rows_kernel"), (kq._k4, "_mx_fp4_rowblock_kernel"),
+                      (kq._k4, "_mx_fp4_pairs_kernel"), (kq._k4, "_fp4_cast_kernel"),
                       (kq._k4, "_nv_fp4_rowblock_kernel")):
         monkeypatch.setattr(mod, name, _Spy(name, getattr(mod, name), seen))
     return seen
@@ -367,25 +368,35 @@ def test_rowlocal_off_and_long_rows_keep_the_old_kernels(monkeypatch):
         assert [s[0] for s in seen] == [kernel], (recipe, role, seen)
 
 
-@pytest.mark.parametrize("prefetch, finite", [(True, False), (False, False), (False, True)])
-def test_rowlocal_fp4_bit_exact_and_launched(prefetch, finite, monkeypatch):
+@pytest.mark.parametrize("prefetch, finite, pairs", [(True, False, False), (False, False, False),
+                                                    (False, True, False), (False, False, True)])
+def test_rowlocal_fp4_bit_exact_and_launched(prefetch, finite, pairs, monkeypatch):
     """rowlocal_fp4: MX E2M1 (floor and rceil, 1x32 and 1x16 blocks) by ``_mx_fp4_rowblock_kernel``,
-    bit-exact with the reference (data, E8M0 scales, global scale) for bf16 / fp16 / fp32, blocks
-    that are all NaN / inf / zero / subnormal, ragged, non-contiguous and 3-D inputs; with the
-    Hadamard transform ``_fp4_cast_kernel`` as before."""
+    or with ``rowlocal_fp4_pairs`` by ``_mx_fp4_pairs_kernel`` where x is contiguous bf16 with whole
+    blocks a row, bit-exact with the reference (data, E8M0 scales, global scale) for bf16 / fp16 /
+    fp32, blocks that are all NaN / inf / zero / subnormal, ragged, non-contiguous and 3-D inputs;
+    with the Hadamard transform ``_fp4_cast_kernel`` as before."""
     from lowbit.scaling.hadamard import random_signs
     monkeypatch.setattr(kq.policy, "rowlocal_fp4", lambda: True)
     monkeypatch.setattr(kq.policy, "rowlocal_fp4_prefetch", lambda: prefetch)
     monkeypatch.setattr(kq.policy, "rowlocal_fp4_finite", lambda: finite)
+    monkeypatch.setattr(kq.policy, "rowlocal_fp4_pairs", lambda: pairs)
     seen = _spy(monkeypatch)
     xs = _rowlocal_inputs(60, specials_bits((10, 100), seed=63).t())
     base = xs[0]
+    n_pairs = 0
     for x in xs:
         for recipe in (MX(elem="e2m1"), MX(elem="e2m1", scale_rule="rceil"), MX(block=16, elem="e2m1")):
             seen.clear()
             check_fp4(x, recipe, "input")
-            assert [(s[0], s[2]["PREFETCH"], s[2]["FINITE"]) for s in seen] == [
-                ("_mx_fp4_rowblock_kernel", prefetch, finite)], seen
+            bc = recipe.granularity("input").cols
+            if pairs and x.dtype == torch.bfloat16 and x.is_contiguous() and x.shape[-1] % bc == 0:
+                assert [(s[0], s[2]["ASM"]) for s in seen] == [("_mx_fp4_pairs_kernel", False)], seen
+                n_pairs += 1
+            else:
+                assert [(s[0], s[2]["PREFETCH"], s[2]["FINITE"]) for s in seen] == [
+                    ("_mx_fp4_rowblock_kernel", prefetch, finite)], seen
+    assert n_pairs == (9 if pairs else 0)  # base, the 3-D and the all-finite tensor, three recipes each
     seen.clear()
     check_fp4(base, MX(elem="e2m1"), "input", random_signs(3))
     assert [s[0] for s in seen] == ["_fp4_cast_kernel"], seen
