@@ -293,7 +293,7 @@ def patch_launcher(sets):
         v = eval(val)  # noqa: S307 - a developer's command line
         setattr(pol, attr, (lambda *a, v=v: v))
     launches = []
-    for modname in ("_k8t", "_k8b", "_k8x", "_k8r", "_k8c", "_k8g", "_k4"):
+    for modname in ("_k8t", "_k8b", "_k8x", "_k8r", "_k8c", "_k8g", "_k4", "_k4p"):
         mod = getattr(kq, modname)
         fake = type(modname, (), {})
         for n, v in vars(mod).items():

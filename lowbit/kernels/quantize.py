@@ -40,6 +40,7 @@ import torch
 from ..dtypes.fp8_tensor import FP8Tensor
 from ..scaling.recipes import MX, ROLES, Blockwise, Current, Delayed, Rowwise
 from . import quantize_fp4_kernels as _k4
+from . import quantize_fp4_pairs_kernels as _k4p
 from . import quantize_fp8_block_kernels as _k8b
 from . import quantize_fp8_cols_t_kernels as _k8c
 from . import quantize_fp8_rowblock_kernels as _k8g
@@ -54,7 +55,7 @@ from .launch_math import cdiv, next_pow2
 __all__ = ["quantize_fp8_triton", "quantize_fp8_t_triton", "SCAN_SPECS"]
 
 SCAN_SPECS = (_k8t.SCAN_SPECS + _k8b.SCAN_SPECS + _k8x.SCAN_SPECS + _k8r.SCAN_SPECS + _k8c.SCAN_SPECS
-              + _k8g.SCAN_SPECS + _k4.SCAN_SPECS)
+              + _k8g.SCAN_SPECS + _k4.SCAN_SPECS + _k4p.SCAN_SPECS)
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _IN_KIND = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 

@@ -23,14 +23,14 @@ Two passes for NV (the tensor amax: quantize_fp8_tensor_row_kernels' flat ``_ama
 (``_fp4_cast_kernel``). Without the Hadamard transform (and for NV without stochastic rounding)
 the cast of 1xBC blocks is a row-local walk (``quantize_fp8_rowblock_kernels``):
 ``_mx_fp4_rowblock_kernel`` (``quantize_policy.rowlocal_fp4``), ``_nv_fp4_rowblock_kernel``
-(``rowlocal_nvfp4``).
+(``rowlocal_nvfp4``); for a contiguous bf16 x, ``quantize_fp4_pairs_kernels`` (``rowlocal_fp4_pairs``).
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from .e2m1_encode import _bf16x2_amax, _e2m1_pairs, _e2m1_signed
+from .e2m1_encode import _e2m1_rne, _e2m1_signed
 from .quantize_fp8_rowblock_kernels import _walk_first, _walk_tile
 from .quantize_jit_helpers import _block_expand, _block_max, _div_parts, _div_rn, _finite_abs, _grid_round, \
     _load_f32, _mx_exponent, _pow2, scan_spec
@@ -140,7 +140,10 @@ def _fp4_cast_kernel(x_ptr, signs_ptr, u_ptr, amax_ptr, q_ptr, s_ptr, g_ptr, R, 
     else:
         u = y
     a = tl.where(y == y, tl.minimum(tl.abs(y), 6.0), 0.0)
-    code, _ = _grid_round(a, u, 0, 1, STOCHASTIC)
+    if STOCHASTIC:
+        code, _ = _grid_round(a, u, 0, 1, True)
+    else:
+        code = _e2m1_rne(a)
     sign = (y.to(tl.int32, bitcast=True) >> 31) & 1
     code = tl.where(y == y, code | (sign << 3), 0)
     lo, hi = tl.split(tl.reshape(code, (TILE_R, TILE_C // 2, 2)))
@@ -212,43 +215,6 @@ def _mx_fp4_rowblock_kernel(x_ptr, q_ptr, s_ptr, R, C, sxr, sxc, n_sc, n_groups,
 
 
 @triton.jit
-def _mx_fp4_pairs_kernel(w_ptr, q_ptr, s_ptr, n_groups, n_tiles, TR: tl.constexpr, BC: tl.constexpr,
-                         RCEIL: tl.constexpr, ASM: tl.constexpr):
-    """MX E2M1 of a contiguous bf16 x with 1xBC blocks (C % BC == 0), the math of
-    ``_mx_fp4_rowblock_kernel``, on element *pairs*: x is read as int32 words ``w`` (elements 2i,
-    2i + 1 in the low / high half), widened exactly as ``lo = w << 16``, ``hi = w & 0xFFFF0000``,
-    and a pair's code byte ``code(lo) | code(hi) << 4`` is q's layout: words in, bytes out, the
-    same (TR, BC / 2) tile, no shuffle between load and store. Per block (a row of the tile):
-    the NaN flag from a NaN-propagating max of |x| (``max.NaN``), the finite amax as max
-    |fma(x, 0, x)|, ``k = _mx_exponent(amax)``, scale code ``k + 127`` (0xFF and codes 0 for a
-    block holding NaN), codes of ``x * 2^-k`` by ``_e2m1_signed`` (``ASM``: ``_e2m1_pairs``, a
-    pair at a time in bf16x2). Grid-stride over tiles of TR blocks."""
-    pid = tl.program_id(0)
-    step = tl.num_programs(0)
-    c = tl.arange(0, BC // 2)
-    for t in range(pid, n_tiles, step):
-        g = t * TR + tl.arange(0, TR)
-        offs = g[:, None].to(tl.int64) * (BC // 2) + c[None, :]
-        mask = (g < n_groups)[:, None] & (c >= 0)[None, :]
-        w = tl.load(w_ptr + offs, mask=mask, other=0)
-        if ASM:
-            amax, has_nan = _bf16x2_amax(w, 1)
-        else:
-            lo = (w << 16).to(tl.float32, bitcast=True)
-            hi = (w & -65536).to(tl.float32, bitcast=True)
-            has_nan = tl.max(tl.maximum(w & 0x7FFF, (w >> 16) & 0x7FFF), axis=1) > 0x7F80  # NaN above +inf
-            amax = tl.max(tl.maximum(tl.abs(tl.fma(lo, 0.0, lo)), tl.abs(tl.fma(hi, 0.0, hi))), axis=1)
-        k = _mx_exponent(amax, RCEIL, 2, 6.0, 2)
-        tl.store(s_ptr + g, tl.where(has_nan, 255, k + 127).to(tl.uint8), mask=g < n_groups)
-        if ASM:
-            byte = _e2m1_pairs(w, (((127 - k) << 7) * 65537)[:, None], has_nan[:, None])
-        else:
-            p = _pow2(-k)[:, None]
-            byte = tl.where(has_nan[:, None], 0, _e2m1_signed(lo * p) | (_e2m1_signed(hi * p) << 4))
-        tl.store(q_ptr + offs, byte.to(tl.uint8), mask=mask)
-
-
-@triton.jit
 def _nv_fp4_rowblock_kernel(x_ptr, amax_ptr, q_ptr, s_ptr, g_ptr, R, C, sxr, sxc, n_sc, n_groups, n_tiles,
                             IN_BF16: tl.constexpr, FLAT: tl.constexpr, TR: tl.constexpr, BC: tl.constexpr,
                             PREFETCH: tl.constexpr, FAST_DIV: tl.constexpr):
@@ -296,8 +262,6 @@ SCAN_SPECS = (
               {"x_ptr": "*i16", "q_ptr": "*u8", "s_ptr": "*u8",
                **dict.fromkeys(("R", "C", "sxr", "sxc", "n_sc", "n_groups", "n_tiles"), "i32")},
               dict(IN_BF16=True, FLAT=True, TR=128, BC=32, PREFETCH=True, FINITE=True, RCEIL=False), num_warps=8),
-    scan_spec(_mx_fp4_pairs_kernel, {"w_ptr": "*i32", "q_ptr": "*u8", "s_ptr": "*u8", "n_groups": "i32", "n_tiles": "i32"},
-              dict(TR=128, BC=32, RCEIL=False, ASM=True), num_warps=8),
     scan_spec(_nv_fp4_rowblock_kernel,
               {"x_ptr": "*i16", "amax_ptr": "*fp32", "q_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32",
                **dict.fromkeys(("R", "C", "sxr", "sxc", "n_sc", "n_groups", "n_tiles"), "i32")},

@@ -19,6 +19,7 @@ from ..dtypes.formats import E2M1
 from ..dtypes.fp4_tensor import FP4Tensor
 from ..scaling.recipes import MX, NV, ROLES
 from . import quantize_fp4_kernels as _k4
+from . import quantize_fp4_pairs_kernels as _k4p
 from . import quantize_fp8_tensor_row_kernels as _k8t
 from . import quantize_policy as policy
 from .interpret import interpreting
@@ -51,14 +52,19 @@ def _fp4_plan(x, recipe, role, signs):
     return nv, stochastic, block, signs
 
 
+def _pairs(x2, bc: int) -> bool:
+    """The row-local cast reads x as int32 words of two bf16 elements (``rowlocal_fp4_pairs``)."""
+    return policy.rowlocal_fp4_pairs() and x2.dtype == torch.bfloat16 and x2.is_contiguous() \
+        and x2.shape[1] % bc == 0 and x2.storage_offset() % 2 == 0
+
+
 def _fp4_rowlocal(x2, q, scale, bc: int, n_sc: int, rceil: bool):
     """MX E2M1 with 1xBC blocks by the row-local walk (``_mx_fp4_rowblock_kernel``; the geometry of
     ``_fp8_rowlocal``, its own prefetch and finite-tile levers, no register cap)."""
     R, C = x2.shape
     n_groups, tr, n_tiles, warps, grid = _rowlocal_grid(x2, bc, n_sc)
-    if policy.rowlocal_fp4_pairs() and x2.dtype == torch.bfloat16 and x2.is_contiguous() and C % bc == 0 \
-            and x2.storage_offset() % 2 == 0:
-        _k4._mx_fp4_pairs_kernel[grid](x2.view(torch.int32), q, scale, n_groups, n_tiles, TR=tr, BC=bc,
+    if _pairs(x2, bc):
+        _k4p._mx_fp4_pairs_kernel[grid](x2.view(torch.int32), q, scale, n_groups, n_tiles, TR=tr, BC=bc,
                                        RCEIL=rceil, ASM=policy.fp4_ptx_encode() and not interpreting(),
                                        enable_fp_fusion=False, num_warps=warps)
         return
@@ -73,6 +79,11 @@ def _nvfp4_rowlocal(x2, amax, q, scale, g, bc: int, n_sc: int):
     ``_fp8_rowlocal``), from the tensor amax."""
     R, C = x2.shape
     n_groups, tr, n_tiles, warps, grid = _rowlocal_grid(x2, bc, n_sc)
+    if _pairs(x2, bc):
+        _k4p._nv_fp4_pairs_kernel[grid](x2.view(torch.int32), amax, q, scale, g, n_groups, n_tiles, TR=tr, BC=bc,
+                                       FAST_DIV=policy.fast_div(), ASM=policy.fp4_ptx_encode() and not interpreting(),
+                                       enable_fp_fusion=False, num_warps=warps)
+        return
     _k4._nv_fp4_rowblock_kernel[grid](
         _arg(x2), amax, q, scale, g, R, C, *x2.stride(), n_sc, n_groups, n_tiles, IN_BF16=x2.dtype == torch.bfloat16,
         FLAT=x2.is_contiguous() and C % bc == 0, TR=tr, BC=bc, PREFETCH=policy.rowlocal_fp4_prefetch(),

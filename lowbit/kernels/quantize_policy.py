@@ -309,14 +309,19 @@ def rowlocal_fp4_prefetch() -> bool:
 
 
 def rowlocal_fp4_pairs() -> bool:
-    """The row-local MX-FP4 cast of a contiguous bf16 x by ``_mx_fp4_pairs_kernel`` (int32 words of
-    two elements in, a code byte a word out) instead of ``_mx_fp4_rowblock_kernel``."""
+    """The row-local MX- and NV-FP4 casts of a contiguous bf16 x by ``_mx_fp4_pairs_kernel`` /
+    ``_nv_fp4_pairs_kernel`` (int32 words of two elements in, a code byte a word out) instead of
+    ``_mx_fp4_rowblock_kernel`` / ``_nv_fp4_rowblock_kernel``. sm_90 (triton 3.6, 16384x4096 bf16),
+    SASS instructions an element: MX 13.5 (PTX encode; 23.6 for the element kernel), NV 26.9
+    (44.2). H200 (session 10): MX 0.0454 ms, 89.1% of copy, against 0.0691 (58.5%)."""
     return True
 
 
 def fp4_ptx_encode() -> bool:
-    """On the GPU, ``_mx_fp4_pairs_kernel`` encodes a pair of elements at a time in PTX
-    (``e2m1_encode._e2m1_pairs``: bf16x2 and 16-bit SIMD) instead of two fp32 ``_e2m1_signed``."""
+    """On the GPU the pair kernels take the block amax in bf16x2 PTX (``e2m1_encode._bf16x2_amax``)
+    and ``_mx_fp4_pairs_kernel`` encodes a pair at a time (``_e2m1_pairs``: bf16x2 and 16-bit
+    SIMD) instead of two fp32 ``_e2m1_signed``. H200 (session 10, 16384x4096 bf16): MX 0.0454 ms
+    against 0.0634 without."""
     return True
 
 

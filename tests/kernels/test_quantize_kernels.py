@@ -23,9 +23,9 @@ from lowbit.dtypes.formats import E4M3
 from lowbit.kernels import cast
 from lowbit.kernels import quantize as kq
 from lowbit.kernels import quantize_fp4_launch as kq4
-from lowbit.kernels import quantize_fp4_kernels, quantize_fp8_block_kernels, quantize_fp8_cols_t_kernels, \
-    quantize_fp8_rowblock_kernels, quantize_fp8_rowwise_t_kernels, quantize_fp8_tensor_row_kernels, \
-    quantize_fp8_transpose_kernels, quantize_jit_helpers
+from lowbit.kernels import quantize_fp4_kernels, quantize_fp4_pairs_kernels, quantize_fp8_block_kernels, \
+    quantize_fp8_cols_t_kernels, quantize_fp8_rowblock_kernels, quantize_fp8_rowwise_t_kernels, \
+    quantize_fp8_tensor_row_kernels, quantize_fp8_transpose_kernels, quantize_jit_helpers
 from lowbit.scaling.blocks import Block, block_amax
 from lowbit.scaling.delayed import DelayedScalingState
 from lowbit.scaling.hadamard import hadamard16, random_signs
@@ -362,7 +362,7 @@ def test_scan_specs_one_per_kernel_and_complete():
     import inspect
     kernel_modules = (quantize_fp8_tensor_row_kernels, quantize_fp8_block_kernels, quantize_fp8_transpose_kernels,
                       quantize_fp8_rowwise_t_kernels, quantize_fp8_cols_t_kernels, quantize_fp8_rowblock_kernels,
-                      quantize_fp4_kernels)
+                      quantize_fp4_kernels, quantize_fp4_pairs_kernels)
     for mod in kernel_modules:
         kernels = {n for n, v in vars(mod).items() if n.endswith("_kernel") and hasattr(v, "fn")}
         assert sorted(s["kernel"].fn.__name__ for s in mod.SCAN_SPECS) == sorted(kernels)

@@ -272,8 +272,8 @@ def _spy(monkeypatch):
     seen = []
     for mod, name in ((kq._k8g, "_cast_rowblock_kernel"), (kq._k8b, "_cast_blocks_kernel"),
                       (kq._k8t, "_cast_rows_kernel"), (kq._k4, "_mx_fp4_rowblock_kernel"),
-                      (kq._k4, "_mx_fp4_pairs_kernel"), (kq._k4, "_fp4_cast_kernel"),
-                      (kq._k4, "_nv_fp4_rowblock_kernel")):
+                      (kq._k4p, "_mx_fp4_pairs_kernel"), (kq._k4, "_fp4_cast_kernel"),
+                      (kq._k4, "_nv_fp4_rowblock_kernel"), (kq._k4p, "_nv_fp4_pairs_kernel")):
         monkeypatch.setattr(mod, name, _Spy(name, getattr(mod, name), seen))
     return seen
 
@@ -402,24 +402,32 @@ def test_rowlocal_fp4_bit_exact_and_launched(prefetch, finite, pairs, monkeypatc
     assert [s[0] for s in seen] == ["_fp4_cast_kernel"], seen
 
 
-@pytest.mark.parametrize("prefetch", [False, True])
-def test_rowlocal_nvfp4_bit_exact_and_launched(prefetch, monkeypatch):
-    """rowlocal_nvfp4: NV E2M1 with 1x16 blocks by ``_nv_fp4_rowblock_kernel`` after the tensor
-    amax, bit-exact with the reference (data, UE4M3 block scales, FP32 tensor scale) on the inputs
-    of the MX test (NaN / inf / zero / subnormal blocks, ragged, non-contiguous, 3-D; a tensor whose
-    amax is inf: tensor scale 1); 16x16 weight blocks, stochastic rounding of gradients and the
+@pytest.mark.parametrize("prefetch, pairs", [(False, False), (True, False), (False, True)])
+def test_rowlocal_nvfp4_bit_exact_and_launched(prefetch, pairs, monkeypatch):
+    """rowlocal_nvfp4: NV E2M1 with 1x16 blocks by ``_nv_fp4_rowblock_kernel`` (with
+    ``rowlocal_fp4_pairs``: ``_nv_fp4_pairs_kernel`` for contiguous bf16) after the tensor amax,
+    bit-exact with the reference (data, UE4M3 block scales, FP32 tensor scale) on the inputs of the
+    MX test (NaN / inf / zero / subnormal blocks, ragged, non-contiguous, 3-D; a tensor whose amax
+    is inf: tensor scale 1); 16x16 weight blocks, stochastic rounding of gradients and the
     Hadamard transform keep ``_fp4_cast_kernel``."""
     from lowbit.scaling.hadamard import random_signs
     from lowbit.scaling.recipes import NV
     monkeypatch.setattr(kq.policy, "rowlocal_nvfp4", lambda: True)
     monkeypatch.setattr(kq.policy, "rowlocal_fp4_prefetch", lambda: prefetch)
+    monkeypatch.setattr(kq.policy, "rowlocal_fp4_pairs", lambda: pairs)
     seen = _spy(monkeypatch)
     xs = _rowlocal_inputs(70, specials_bits((10, 100), seed=73).t())
     finite = xs[-1]
-    for x in xs + [finite * 1e-30, torch.zeros(8, 64)]:
+    n_pairs = 0
+    for x in xs + [finite * 1e-30, torch.zeros(8, 64, dtype=torch.bfloat16), _special_blocks(64) * 1e-35]:
         seen.clear()
         check_fp4(x, NV(), "input")
-        assert [(s[0], s[2]["PREFETCH"]) for s in seen] == [("_nv_fp4_rowblock_kernel", prefetch)], seen
+        if pairs and x.dtype == torch.bfloat16 and x.is_contiguous() and x.shape[-1] % 16 == 0:
+            assert [(s[0], s[2]["ASM"]) for s in seen] == [("_nv_fp4_pairs_kernel", False)], seen
+            n_pairs += 1
+        else:
+            assert [(s[0], s[2]["PREFETCH"]) for s in seen] == [("_nv_fp4_rowblock_kernel", prefetch)], seen
+    assert n_pairs == (6 if pairs else 0)
     for recipe, role, signs in ((NV(), "weight", None), (NV(), "grad", None), (NV(), "input", random_signs(5))):
         seen.clear()
         check_fp4(finite, recipe, role, signs)
