@@ -106,8 +106,6 @@ AB_M1 = [_v(256, 128, 8, 8, 3, decode=0), _v(256, 128, 8, 8, 3), _v(256, 128, 8,
          _v(128, 128, 8, 4, 4, slots=True), _v(64, 256, 4, 2, 3, decode=2), _v(256, 64, 8, 4, 4)]
 AB_SMALL = [_v(256, 128, 8, 8, 3), _v(256, 128, 8, 8, 3, slots=True), _v(128, 128, 8, 4, 4, slots=True),
             _v(64, 256, 4, 2, 3, decode=2), _v(256, 64, 8, 4, 4)]
-AB_MMA = [(f"mma.sync {n}", f"mma:{n}", n == "n128_w8_s8") for n in
-          ("n128_w8_s8", "n128_w8_s4", "n256_w8_s4", "n256_w8_s8", "n64_w4_s8", "n128_w4_s8", "n128_w8_s8_p1")]
 AB_M = {64: [_v(128, 128, 4, 8, 3, bm=64), _v(128, 128, 4, 8, 3, bm=64, slots=True)],
         128: [_v(128, 128, 2, 8, 3, bm=128), _v(128, 128, 2, 8, 3, bm=128, slots=True)]}
 
@@ -201,12 +199,8 @@ def bench_shape(run, M, N, K, kinds, variants):
                 continue
 
             def one(name=name, cfg=cfg, l2=l2):
-                if isinstance(cfg, str) and cfg.startswith("mma:"):  # the Gluon mma.sync kernel
-                    from lowbit.kernels.fp4_weight_only_mma import wo_mma_mm
-                    call = (lambda b: wo_mma_mm(x, b, torch.bfloat16, config=cfg[4:]))
-                else:
-                    call = (lambda b: wo.fp4_weight_only_mm(x, b, torch.bfloat16)) if cfg is None else \
-                        (lambda b: wo.fp4_weight_only_mm(x, b, torch.bfloat16, config=cfg))
+                call = (lambda b: wo.fp4_weight_only_mm(x, b, torch.bfloat16)) if cfg is None else \
+                    (lambda b: wo.fp4_weight_only_mm(x, b, torch.bfloat16, config=cfg))
                 ok, rel, note = check(x, b0, ref, bound, lambda: call(b0))
                 outs[name] = call(b0)
                 row = dict(shape=shape, kind=kind, variant=name, err_f64=rel, note=note,
@@ -240,8 +234,6 @@ def bench_shape(run, M, N, K, kinds, variants):
 def main():
     def extra(p):
         p.add_argument("--budget", type=float, default=150.0, help="seconds; what is left is skipped")
-        p.add_argument("--mma", action="store_true", help="the Gluon mma.sync kernel's configurations "
-                       "(lowbit/kernels/fp4_weight_only_mma.py) against the default kernel, M <= 16")
         p.add_argument("--cpu-smoke", action="store_true", help="exercise this script on the CPU under "
                        "TRITON_INTERPRET=1 with tiny shapes (checks the script, measures nothing)")
     args = parse_args(__doc__.splitlines()[0], extra)
@@ -262,10 +254,6 @@ def main():
             ((16, 8192, 8192), ["nvfp4 1x16", "mxfp4 1x32"], AB_SMALL)]  # in order of importance
     if args.quick:
         plan = [((16, 8192, 8192), nv, AB_M16[:9] + AB_M16_LEVERS)]
-    if args.mma:
-        plan = [((16, 8192, 8192), nv, AB_M16[:1] + AB_MMA), ((1, 8192, 8192), nv, AB_MMA[:2]),
-                ((16, 14336, 4096), nv, AB_MMA[:2]), ((16, 4096, 14336), nv, AB_MMA[:2]),
-                ((16, 8192, 8192), ["nvfp4 1x16", "mxfp4 1x32"], AB_MMA[:2])]
     if args.cpu_smoke:
         plan = [((16, 128, 1024), nv + ["mxfp4 1x32"], AB_M16[:4] + AB_M16[7:8] + AB_M16[13:14] + AB_M16_LEVERS[:1]
                  + AB_M16_LEVERS[-2:-1]),

@@ -2,11 +2,10 @@
 
     ncu --clock-control none --kernel-name regex:_wo --launch-skip 2 --launch-count 2 \\
         --section SpeedOfLight --section WarpStateStats --section Occupancy \\
-        python3 benchmarks/fp4_weight_only_ncu.py [--shape 16x8192x8192] [--mma CONFIG]
+        python3 benchmarks/fp4_weight_only_ncu.py [--shape 16x8192x8192]
 
-Runs ``fp4_weight_only_mm`` (its default configuration at M <= 16) and, with ``--mma``, the Gluon
-mma.sync kernel (``fp4_weight_only_mma``) with that configuration, ``--calls`` times each, on an
-NVFP4 (16x16 blocks) weight of ``randn * 0.02``.
+Runs ``fp4_weight_only_mm`` (its default configuration at M <= 16) ``--calls`` times on an NVFP4
+(16x16 blocks) weight of ``randn * 0.02``.
 """
 from __future__ import annotations
 
@@ -26,7 +25,6 @@ from lowbit.scaling import NV  # noqa: E402
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="16x8192x8192")
-    p.add_argument("--mma", default=None, help="also the mma.sync kernel with this configuration")
     p.add_argument("--calls", type=int, default=4)
     args = p.parse_args()
     M, N, K = (int(n) for n in args.shape.split("x"))
@@ -34,10 +32,6 @@ def main():
     b = FP4Tensor.from_float((torch.randn(N, K, device="cuda") * 0.02).to(torch.bfloat16), NV(), "weight").t()
     for _ in range(args.calls):
         wo.fp4_weight_only_mm(x, b, torch.bfloat16)
-    if args.mma:
-        from lowbit.kernels.fp4_weight_only_mma import wo_mma_mm
-        for _ in range(args.calls):
-            assert wo_mma_mm(x, b, torch.bfloat16, config=args.mma) is not None
     torch.cuda.synchronize()
     print("done")
 
