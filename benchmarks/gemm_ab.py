@@ -1,11 +1,14 @@
 """Interleaved A/B timing of the warp-specialized FP8 GEMM configurations against cuBLAS (H200).
 
     python benchmarks/gemm_ab.py --out DIR [--configs A,B,..] [--modes M1,M2] [--shapes MxNxK,..] [--rounds R] [--bias]
+                                 [--graph]
 
 Why: on the lease machine the clock drifts within a run (the same kernel timed a minute apart moves
 by several percent), so configurations timed one after the other cannot be told apart at the 1-3%
 level. Here every round times every variant once (``do_bench`` median, ~40 ms of calls), the
-order rotating each round; a variant's figure is the median of its per-round times, and its ratio
+order rotating each round (``--graph``: a CUDA graph of 8 calls replayed, which removes the host's
+launch cost: lowbit's Python launch, ~0.12-0.15 ms, is more than a 4096^3 GEMM takes on the GPU);
+a variant's figure is the median of its per-round times, and its ratio
 is the median over rounds of (anchor time / its time) in the same round, which cancels the drift.
 Anchors: cuBLAS ``torch._scaled_mm`` precise (tensorwise, rowwise), cuBLAS blockwise 1x128 x 128x128
 (``benchmarks/gemm.py``'s probe). Every Gluon variant is first checked bit for bit against the
@@ -24,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from benchmarks.common import bench_ms, env_info, guarded, parse_args, print_table, write_json  # noqa: E402
+from benchmarks.common import bench_ms, env_info, graph_ms, guarded, parse_args, print_table, write_json  # noqa: E402
 
 CONFIGS = ("ws_s3_g16", "ws_s3_g16_eo", "ws_s3")
 MODES = ("tensorwise", "rowwise", "blockwise")
@@ -46,7 +49,7 @@ def variants(mode, a, b, configs, bias=None):
     return out + [(f"gluon {c}", lambda c=c: gg.gluon_fp8_scaled_mm(a, b, bf, bias=bias, config=c)) for c in configs]
 
 
-def ab_shape(rows, M, N, K, mode, configs, rounds, with_bias=False):
+def ab_shape(rows, M, N, K, mode, configs, rounds, with_bias=False, graph=False):
     from benchmarks.gemm_gluon import _operands
     shape = f"{M}x{N}x{K}" + (" +bias" if with_bias else "")
     a, b = _operands(mode, M, N, K, seed=7)
@@ -71,14 +74,15 @@ def ab_shape(rows, M, N, K, mode, configs, rounds, with_bias=False):
     for r in range(rounds):
         k = r % len(vs)
         for name, fn in vs[k:] + vs[:k]:
-            times[name].append(bench_ms(fn, warmup=5, rep=40))
+            times[name].append(graph_ms([fn], rounds=8) if graph else bench_ms(fn, warmup=5, rep=40))
     anchor = vs[0][0]
     flops = 2.0 * M * N * K
     for name, _ in vs:
         ms = statistics.median(times[name])
         ratio = statistics.median(ta / t for ta, t in zip(times[anchor], times[name]))
         rows.append(dict(shape=shape, mode=mode, variant=name, ms=ms, tflops=flops / (ms * 1e-3) / 1e12,
-                         ratio=ratio, spread=(max(times[name]) - min(times[name])) / ms, rounds=rounds))
+                         ratio=ratio, spread=(max(times[name]) - min(times[name])) / ms, rounds=rounds,
+                         timing="graph" if graph else "do_bench"))
 
 
 def main():
@@ -88,6 +92,8 @@ def main():
         p.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
         p.add_argument("--rounds", type=int, default=7)
         p.add_argument("--bias", action="store_true", help="a bf16 bias in every call (the bitwise checks cover it)")
+        p.add_argument("--graph", action="store_true", help="time each call by CUDA-graph replay (8 calls a graph: "
+                       "no host launch cost, operands warm in L2 as in do_bench's back-to-back calls)")
     args = parse_args(__doc__.splitlines()[0], extra)
     info = env_info()
     if not torch.cuda.is_available():
@@ -99,7 +105,8 @@ def main():
     for shape in args.shapes.split(","):
         M, N, K = map(int, shape.split("x"))
         for mode in args.modes.split(","):
-            guarded(rows, f"{shape} {mode}", lambda: ab_shape(rows, M, N, K, mode, configs, args.rounds, args.bias))
+            guarded(rows, f"{shape} {mode}", lambda: ab_shape(rows, M, N, K, mode, configs, args.rounds, args.bias,
+                                                                 args.graph))
             print(f"  {shape} {mode} done ({time.time() - t0:.0f} s)", flush=True)
     path = write_json(args.out, "gemm_ab", dict(env=info, rows=rows, wall_s=time.time() - t0))
     print("\nenv:", {k: info.get(k) for k in ("gpu", "torch", "triton", "date")}, f"\nJSON: {path}\n")

@@ -116,83 +116,44 @@ if gl is not None:
         EPI_OVERLAP (tensorwise / rowwise / blockwise): a tile's epilogue runs in the next tile's
         first stage, while its two wgmmas do (the first tile's is a masked-off no-op)."""
         HALF_M: gl.constexpr = 64
-        HALVES: gl.constexpr = BLOCK_N == 256 and not FAST  # promoting 128x256 tiles, two 128-column halves
-        OVERLAP: gl.constexpr = EPI_OVERLAP and not FAST and MODE != 3 and not HALVES
+        OVERLAP: gl.constexpr = EPI_OVERLAP and not FAST and MODE != 3  # the promoting tile schedule only
         mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 128 if HALVES else BLOCK_N, 32])
-        half_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                              instr_shape=[16, 128, 32])
-        t_h = gl.zeros([HALF_M, 128], gl.float32, half_layout)
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32])
         num_pid_m = gl.cdiv(M, 2 * HALF_M)
         num_pid_n = gl.cdiv(N, BLOCK_N)
         n_chunks = gl.cdiv(K, BLOCK_K)
         c = 0  # stages consumed by this program
-        T_N: gl.constexpr = 128 if HALVES else BLOCK_N  # HALVES: the two-op schedule's registers unused
-        t0 = gl.zeros([HALF_M, T_N], gl.float32, mma_layout)
-        t1 = gl.zeros([HALF_M, T_N], gl.float32, mma_layout)
-        acc_prev = gl.zeros([HALF_M, T_N], gl.float32, mma_layout)  # EPI_OVERLAP: the tile before
+        t0 = gl.zeros([HALF_M, BLOCK_N], gl.float32, mma_layout)
+        t1 = gl.zeros([HALF_M, BLOCK_N], gl.float32, mma_layout)
+        acc_prev = gl.zeros([HALF_M, BLOCK_N], gl.float32, mma_layout)  # EPI_OVERLAP: the tile before
         prev_m = M  # its rows: none before the first tile (every store masked off)
         prev_n = 0
         for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
             pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
             off_m = pid_m * 2 * HALF_M + WG * HALF_M
-            if HALVES:
-                acc_l, acc_r, c, t_h = _ws_tile_promote_halves(a_bufs, b_bufs, ready, empty, c, t_h, n_chunks, WG,
-                                                               STAGES, half_layout)
-                _epilogue(acc_l, c_ptr, bias_ptr, sa_ptr, sb_ptr, off_m, pid_n * BLOCK_N, M, N, stride_cm, stride_cn,
-                          stride_sam, stride_sbn, MODE, HAS_BIAS, half_layout, HALF_M, 128)
-                _epilogue(acc_r, c_ptr, bias_ptr, sa_ptr, sb_ptr, off_m, pid_n * BLOCK_N + 128, M, N, stride_cm,
-                          stride_cn, stride_sam, stride_sbn, MODE, HAS_BIAS, half_layout, HALF_M, 128)
+            if FAST:
+                acc, c = _ws_tile_fast(a_bufs, b_bufs, ready, empty, c, gl.cdiv(n_chunks, SUBK), WG,
+                                       STAGES, SUBK, mma_layout)
+            elif MODE == 3:
+                acc, c, t0, t1 = _ws_tile_promote_cols(a_bufs, b_bufs, ready, empty, c, t0, t1, sa_ptr, sb_ptr,
+                                                       off_m, pid_n * BLOCK_N, n_chunks, M, N, stride_sam,
+                                                       stride_sak, stride_sbk, stride_sbn, WG, STAGES, mma_layout)
             else:
-                if FAST:
-                    acc, c = _ws_tile_fast(a_bufs, b_bufs, ready, empty, c, gl.cdiv(n_chunks, SUBK), WG,
-                                           STAGES, SUBK, mma_layout)
-                elif MODE == 3:
-                    acc, c, t0, t1 = _ws_tile_promote_cols(a_bufs, b_bufs, ready, empty, c, t0, t1, sa_ptr, sb_ptr,
-                                                           off_m, pid_n * BLOCK_N, n_chunks, M, N, stride_sam,
-                                                           stride_sak, stride_sbk, stride_sbn, WG, STAGES, mma_layout)
-                else:
-                    acc, c, t0, t1 = _ws_tile_promote(a_bufs, b_bufs, ready, empty, c, t0, t1, sa_ptr, sb_ptr,
-                                                      off_m, pid_n, n_chunks, M, stride_sam, stride_sak,
-                                                      stride_sbk, stride_sbn, WG, MODE, STAGES, mma_layout,
-                                                      acc_prev, prev_m, prev_n, c_ptr, bias_ptr, N, stride_cm,
-                                                      stride_cn, HAS_BIAS, OVERLAP)
-                if OVERLAP:
-                    acc_prev = acc
-                    prev_m = off_m
-                    prev_n = pid_n * BLOCK_N
-                else:
-                    _epilogue(acc, c_ptr, bias_ptr, sa_ptr, sb_ptr, off_m, pid_n * BLOCK_N, M, N, stride_cm,
-                              stride_cn, stride_sam, stride_sbn, MODE, HAS_BIAS, mma_layout, HALF_M, BLOCK_N)
+                acc, c, t0, t1 = _ws_tile_promote(a_bufs, b_bufs, ready, empty, c, t0, t1, sa_ptr, sb_ptr,
+                                                  off_m, pid_n, n_chunks, M, stride_sam, stride_sak,
+                                                  stride_sbk, stride_sbn, WG, MODE, STAGES, mma_layout,
+                                                  acc_prev, prev_m, prev_n, c_ptr, bias_ptr, N, stride_cm,
+                                                  stride_cn, HAS_BIAS, OVERLAP)
+            if OVERLAP:
+                acc_prev = acc
+                prev_m = off_m
+                prev_n = pid_n * BLOCK_N
+            else:
+                _epilogue(acc, c_ptr, bias_ptr, sa_ptr, sb_ptr, off_m, pid_n * BLOCK_N, M, N, stride_cm,
+                          stride_cn, stride_sam, stride_sbn, MODE, HAS_BIAS, mma_layout, HALF_M, BLOCK_N)
         if OVERLAP:  # the last tile's
             _epilogue(acc_prev, c_ptr, bias_ptr, sa_ptr, sb_ptr, prev_m, prev_n, M, N, stride_cm,
                       stride_cn, stride_sam, stride_sbn, MODE, HAS_BIAS, mma_layout, HALF_M, BLOCK_N)
-
-    @gluon.jit
-    def _ws_tile_promote_halves(a_bufs, b_bufs, ready, empty, c, t, n_chunks, WG: gl.constexpr,
-                                STAGES: gl.constexpr, layout: gl.constexpr):
-        """One 128x256 tile's 64 rows (tensorwise / rowwise), promoted every 128-K chunk as the
-        other schedules: a stage is one chunk; its left and right 128-column products run one after
-        the other into the one temporary ``t`` (acc 2 x 64 + t 64 registers a thread: two
-        temporaries would not fit), each promoted before the next is issued, so this warp group's
-        tensor-core gaps are the other's to fill. The same products and additions, in the same
-        order, as the 128x128 schedules: the same bits. Returns (acc left, acc right, c, t)."""
-        acc_l = gl.zeros([64, 128], gl.float32, layout)
-        acc_r = gl.zeros([64, 128], gl.float32, layout)
-        for ch in range(n_chunks):
-            slot = c % STAGES
-            mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
-            a = a_bufs.index(slot * 2 + WG)
-            b = b_bufs.index(slot)
-            t = warpgroup_mma(a, b.slice(0, 128).permute((1, 0)), t, use_acc=False, is_async=True)
-            t = warpgroup_mma_wait(0, deps=[t])
-            acc_l = _promote(acc_l, t, 1.0, 0)
-            t = warpgroup_mma(a, b.slice(128, 128).permute((1, 0)), t, use_acc=False, is_async=True)
-            t = warpgroup_mma_wait(0, deps=[t])
-            mbarrier.arrive(empty.index(slot), count=1)  # this warp group is done with the slot
-            acc_r = _promote(acc_r, t, 1.0, 0)
-            c += 1
-        return acc_l, acc_r, c, t
 
     @gluon.jit
     def _ws_tile_fast(a_bufs, b_bufs, ready, empty, c, n_stages, WG: gl.constexpr, STAGES: gl.constexpr,
@@ -367,8 +328,7 @@ if gl is not None:
         BLOCK_K: gl.constexpr = b_desc.block_type.shape[1]
         gl.static_assert(MODE < 2 or (BLOCK_N == 128 and BLOCK_K == 128 and not FAST),
                          "blockwise: 128x128 tiles (one sB, or a row of them, per chunk), promoted")
-        gl.static_assert(FAST or SUBK == 2 or (BLOCK_N == 256 and SUBK == 1 and MODE < 2),
-                         "promotion: a stage's two ops are its two 128-K chunks, or a 128x256 tile's halves")
+        gl.static_assert(FAST or SUBK == 2, "promotion: a stage's two ops are its two 128-K chunks")
         a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES * SUBK * 2] + a_desc.block_type.shape,
                                            a_desc.layout)
         b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES * SUBK] + b_desc.block_type.shape, b_desc.layout)
@@ -401,8 +361,6 @@ WS_CONFIGS = {
     "ws_s3_r240": (False, 128, 3, 2, 8, 240, 24, 168, False),
     "wsfast_n128_s6": (True, 128, 6, 1, 8, 232, 40, 168, False),
     "ws_s3_g16_eo": (False, 128, 3, 2, 16, 232, 40, 168, True),
-    "ws_n256_s4": (False, 256, 4, 1, 8, 232, 40, 168, False),
-    "ws_n256_s4_g16": (False, 256, 4, 1, 16, 232, 40, 168, False),
 }
 WS_DEFAULT = {"promote": "ws_s3", "fast": "wsfast_n256_s4"}  # fp8_scaled_mm(variant="ws")
 
