@@ -29,6 +29,8 @@ on the H200; the levers that are off are off until a sweep has shown them exact 
   ``rowlocal_max_cols``, ``rowlocal_elems``, ``rowlocal_warps``, ``rowlocal_prefetch``,
   ``rowlocal_finite_tiles``, ``rowlocal_maxnreg``, ``rowlocal_programs_per_sm``, ``rowlocal_fast_div``;
   MX-FP4 1x32 the same way: ``rowlocal_fp4``, ``rowlocal_fp4_prefetch``, ``rowlocal_fp4_finite``;
+  NV-FP4 1x16 ``rowlocal_nvfp4``; both on element pairs (``quantize_fp4_pairs_kernels``):
+  ``rowlocal_fp4_pairs``, ``fp4_ptx_encode``;
 * the other kernels: ``tile_elems``, ``opts``, ``max_programs``, ``block_chunks``;
 * launches: ``delayed_amax_slots`` / ``current_amax_slots``: the amax kernels write one slot a
   program (read and reduced by the next kernel, ``amax_reduce_block`` at a time) instead of an
@@ -312,16 +314,17 @@ def rowlocal_fp4_pairs() -> bool:
     """The row-local MX- and NV-FP4 casts of a contiguous bf16 x by ``_mx_fp4_pairs_kernel`` /
     ``_nv_fp4_pairs_kernel`` (int32 words of two elements in, a code byte a word out) instead of
     ``_mx_fp4_rowblock_kernel`` / ``_nv_fp4_rowblock_kernel``. sm_90 (triton 3.6, 16384x4096 bf16),
-    SASS instructions an element: MX 13.5 (PTX encode; 23.6 for the element kernel), NV 26.9
-    (44.2). H200 (session 10): MX 0.0454 ms, 89.1% of copy, against 0.0691 (58.5%)."""
+    SASS instructions an element: MX 12.6 (23.6 for the element kernel), NV 25.9 (44.2). H200
+    (2026-12-02, session 10, kernel time, bit-exact there): MX 0.0452 ms, 88.9% of copy, against
+    0.0693 (57.9%); NV 0.103 (amax pass included), 39.6%, against 0.153."""
     return True
 
 
 def fp4_ptx_encode() -> bool:
     """On the GPU the pair kernels take the block amax in bf16x2 PTX (``e2m1_encode._bf16x2_amax``)
     and ``_mx_fp4_pairs_kernel`` encodes a pair at a time (``_e2m1_pairs``: bf16x2 and 16-bit
-    SIMD) instead of two fp32 ``_e2m1_signed``. H200 (session 10, 16384x4096 bf16): MX 0.0454 ms
-    against 0.0634 without."""
+    SIMD) instead of two fp32 ``_e2m1_signed``. H200 (session 10, 16384x4096 bf16): MX 0.0452 ms
+    against 0.0639 without, NV 0.103 against 0.116."""
     return True
 
 

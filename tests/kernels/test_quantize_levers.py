@@ -460,3 +460,32 @@ def test_sm90_rowlocal_geometry(sets):
             assert r["stack"] == 0, r
         else:
             assert r["regs"] <= 48 and r["resident"] >= 5, r
+
+
+_FP4_PAIRS_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from benchmarks.quantize_sass import profile_rows
+    print(json.dumps(profile_rows(["mxfp4 1x32", "nvfp4 1x16"], (16384, 4096), json.loads(sys.argv[1]))))
+""")
+
+
+@pytest.mark.parametrize("pairs", [True, False])
+def test_sm90_fp4_pair_kernels(pairs):
+    """The row-local FP4 casts as launched for a 16384x4096 bf16 input on an H200 (compiled for sm_90,
+    benchmarks/quantize_sass.py): with ``rowlocal_fp4_pairs`` the pair kernels (8 warps, 16
+    elements a thread, 16-byte word loads, 8-byte code stores, no stack), MX in <= 14 SASS
+    instructions an element (PTX encode and bf16x2 amax) and NV in <= 28; the element kernels
+    without it take more (MX >= 20, NV >= 40)."""
+    import json
+    rows = run_script(_FP4_PAIRS_SCRIPT, json.dumps([] if pairs else ["rowlocal_fp4_pairs=False"]))
+    kernels = [r["kernel"] for r in rows]
+    if pairs:
+        assert kernels == ["_mx_fp4_pairs_kernel", "_amax_kernel", "_nv_fp4_pairs_kernel"], rows
+        mx, nv = rows[0], rows[2]
+        for r in (mx, nv):
+            assert r["warps"] == 8 and r["elems_thread"] == 16 and r["stack"] == 0, r
+            assert r["ld_widths"] == [16] and r["st_widths"] == [8], r
+        assert mx["per_elem"] <= 14 and nv["per_elem"] <= 28, rows
+    else:
+        assert kernels == ["_mx_fp4_rowblock_kernel", "_amax_kernel", "_nv_fp4_rowblock_kernel"], rows
+        assert rows[0]["per_elem"] >= 20 and rows[2]["per_elem"] >= 40, rows
