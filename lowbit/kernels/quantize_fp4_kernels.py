@@ -215,6 +215,18 @@ def _mx_fp4_rowblock_kernel(x_ptr, q_ptr, s_ptr, R, C, sxr, sxc, n_sc, n_groups,
 
 
 @triton.jit
+def _nv_global_scale(amax_ptr, g_ptr, pid):
+    """NV ``s_global = amax / 2688`` of the tensor amax at ``amax_ptr`` (1 if that is 0 or amax is
+    not finite), stored to ``g_ptr`` by program 0."""
+    t_amax = tl.load(amax_ptr)
+    gs = tl.div_rn(t_amax, 2688.0)
+    gs = tl.where((t_amax < float("inf")) & (gs > 0), gs, 1.0)
+    if pid == 0:
+        tl.store(g_ptr, gs)
+    return gs
+
+
+@triton.jit
 def _nv_fp4_rowblock_kernel(x_ptr, amax_ptr, q_ptr, s_ptr, g_ptr, R, C, sxr, sxc, n_sc, n_groups, n_tiles,
                             IN_BF16: tl.constexpr, FLAT: tl.constexpr, TR: tl.constexpr, BC: tl.constexpr,
                             PREFETCH: tl.constexpr, FAST_DIV: tl.constexpr):
@@ -224,11 +236,7 @@ def _nv_fp4_rowblock_kernel(x_ptr, amax_ptr, q_ptr, s_ptr, g_ptr, R, C, sxr, sxc
     ``_div_rn``); ``s_global`` stored by program 0."""
     pid = tl.program_id(0)
     step = tl.num_programs(0)
-    t_amax = tl.load(amax_ptr)
-    gs = tl.div_rn(t_amax, 2688.0)
-    gs = tl.where((t_amax < float("inf")) & (gs > 0), gs, 1.0)
-    if pid == 0:
-        tl.store(g_ptr, gs)
+    gs = _nv_global_scale(amax_ptr, g_ptr, pid)
     x_next = _walk_first(x_ptr, pid, R, C, sxr, sxc, n_sc, n_groups, FLAT, TR, BC, IN_BF16, PREFETCH)
     for t in range(pid, n_tiles, step):
         g, _, mask, x, x_next = _walk_tile(x_ptr, t, step, x_next, R, C, sxr, sxc, 0, 0, n_sc, n_groups, FLAT, TR, BC,

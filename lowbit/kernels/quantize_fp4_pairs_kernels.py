@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from .e2m1_encode import _bf16x2_amax, _e2m1_pairs, _e2m1_rne, _e2m1_signed
+from .quantize_fp4_kernels import _nv_global_scale
 from .quantize_jit_helpers import _div_parts, _finite_abs, _grid_round, _mx_exponent, _pow2, scan_spec
 
 __all__ = ["SCAN_SPECS"]
@@ -121,11 +122,7 @@ def _nv_fp4_pairs_kernel(w_ptr, amax_ptr, q_ptr, s_ptr, g_ptr, n_groups, n_tiles
     for a block holding NaN."""
     pid = tl.program_id(0)
     step = tl.num_programs(0)
-    t_amax = tl.load(amax_ptr)
-    gs = tl.div_rn(t_amax, 2688.0)
-    gs = tl.where((t_amax < float("inf")) & (gs > 0), gs, 1.0)
-    if pid == 0:
-        tl.store(g_ptr, gs)
+    gs = _nv_global_scale(amax_ptr, g_ptr, pid)
     if (gs >= 8.673617379884035e-19) & (gs <= 1.152921504606847e18):  # 2^-60 .. 2^60
         for t in range(pid, n_tiles, step):
             _nv_pairs_tile(w_ptr, q_ptr, s_ptr, t, gs, n_groups, TR, BC, FAST_DIV, ASM, True)
