@@ -297,7 +297,6 @@ def sweep_rows():
     both_t = block_t + rowwise_t
     fp4 = _named("mxfp4 1x32", "nvfp4 1x16")
     rows = [("fp4 pairs off", dict(rowlocal_fp4_pairs=F), fp4), ("fp4 pairs fp32 encode", dict(fp4_ptx_encode=F), fp4)]
-    rows += [("rowwise T amax2d", dict(rowwise_t_fused_amax=F), _named("rowwise e4m3 +T", "rowwise e5m2 +T"))]
     rows += [("cols T not split", dict(block_t_split=F, rowwise_t_split=F), both_t),
             ("cols T forward", dict(cols_t_reverse=F), both_t)]
     rows += [(f"cols T {c} cols {w}w", dict(cols_t_cols=lambda c=c: c, cols_t_warps=lambda e, w=w: w), block_t)

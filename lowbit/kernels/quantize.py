@@ -270,32 +270,27 @@ def _fp8_rowwise(x2, q2, qt, transposed, common):
     return scale, st
 
 
-def _fp8_rowlocal(x2, q2, scale, bc: int, n_sc: int, common, cslot=None):
+def _fp8_rowlocal(x2, q2, scale, bc: int, n_sc: int, common):
     """The row-local walk (``quantize_fp8_rowblock_kernels``): groups of ``bc`` elements, ``n_sc``
-    a row (rowwise: one, ``bc >= C``), ``scale[g]`` for group g; tiles of ``rowlocal_elems``.
-    ``cslot`` (rowwise; (programs, C) int32, ``_rowlocal_grid``'s programs): the column amax
-    slots too (``COL_AMAX``), without the register cap (the slots take a register a column a thread)."""
+    a row (rowwise: one, ``bc >= C``), ``scale[g]`` for group g; tiles of ``rowlocal_elems``."""
     R, C = x2.shape
-    n_groups, tr, n_tiles, warps, grid = _rowlocal_grid(x2, bc, n_sc, cslot is not None)
+    n_groups, tr, n_tiles, warps, grid = _rowlocal_grid(x2, bc, n_sc)
     flat = x2.is_contiguous() and q2.is_contiguous() and C % bc == 0
     common = dict(common, FAST_DIV=policy.rowlocal_fast_div())
-    cap = {} if cslot is not None else _maxnreg(policy.rowlocal_maxnreg(warps))
     _k8g._cast_rowblock_kernel[grid](
-        _arg(x2), q2, scale, scale if cslot is None else cslot, R, C, *x2.stride(), *q2.stride(), n_sc, n_groups,
-        n_tiles, FLAT=flat, TR=tr, BC=bc, PREFETCH=policy.rowlocal_prefetch(), FINITE=policy.rowlocal_finite_tiles(),
-        COL_AMAX=cslot is not None, **common, enable_fp_fusion=False, num_warps=warps, **cap)
+        _arg(x2), q2, scale, R, C, *x2.stride(), *q2.stride(), n_sc, n_groups, n_tiles, FLAT=flat, TR=tr, BC=bc,
+        PREFETCH=policy.rowlocal_prefetch(), FINITE=policy.rowlocal_finite_tiles(), **common, enable_fp_fusion=False,
+        num_warps=warps, **_maxnreg(policy.rowlocal_maxnreg(warps)))
 
 
-def _rowlocal_grid(x2, bc: int, n_sc: int, col_amax: bool = False):
+def _rowlocal_grid(x2, bc: int, n_sc: int):
     """(groups, groups a tile, tiles, warps, grid) of a row-local walk over ``n_sc`` groups of ``bc``
-    elements a row: tiles of ``rowlocal_elems``, ``rowlocal_programs`` grid-stride programs
-    (``col_amax``: ``rowwise_t_fused_programs``, a row of column slots each)."""
+    elements a row: tiles of ``rowlocal_elems``, ``rowlocal_programs`` grid-stride programs."""
     n_groups = x2.shape[0] * n_sc
     tr = max(1, min(policy.rowlocal_elems(x2) // bc, next_pow2(n_groups)))
     n_tiles = cdiv(n_groups, tr)
     warps = policy.rowlocal_warps(tr * bc)
-    programs = policy.rowwise_t_fused_programs(x2) if col_amax else policy.rowlocal_programs(x2, warps)
-    return n_groups, tr, n_tiles, warps, (min(n_tiles, programs),)
+    return n_groups, tr, n_tiles, warps, (min(n_tiles, policy.rowlocal_programs(x2, warps)),)
 
 
 def _maxnreg(n) -> dict:

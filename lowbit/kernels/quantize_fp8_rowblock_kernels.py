@@ -144,34 +144,24 @@ def _codes_all_finite(x, pa, pb, pc, MX: tl.constexpr, FMAX: tl.constexpr, EMIN:
 
 
 @triton.jit
-def _cast_rowblock_kernel(x_ptr, q_ptr, s_ptr, cslot_ptr, R, C, sxr, sxc, sqr, sqc, n_sc, n_groups, n_tiles,
+def _cast_rowblock_kernel(x_ptr, q_ptr, s_ptr, R, C, sxr, sxc, sqr, sqc, n_sc, n_groups, n_tiles,
                           IN_BF16: tl.constexpr, FLAT: tl.constexpr, TR: tl.constexpr, BC: tl.constexpr,
                           PREFETCH: tl.constexpr, FINITE: tl.constexpr, MX: tl.constexpr, RCEIL: tl.constexpr,
                           ELEM_EMAX: tl.constexpr, LOG2_FMAX: tl.constexpr, FMAX: tl.constexpr, EMIN: tl.constexpr,
                           MBITS: tl.constexpr, IS_E4M3: tl.constexpr, HW_CVT: tl.constexpr,
-                          FAST_DIV: tl.constexpr, LEAN: tl.constexpr, COL_AMAX: tl.constexpr):
+                          FAST_DIV: tl.constexpr, LEAN: tl.constexpr):
     """Grid-stride over tiles of TR groups of BC elements (module docstring): per group the
     amax, the scale (fp32 ``amax / fmax``, or the E8M0 code with ``MX``) to ``s[g]``, and the
     codes of its elements to q. ``FINITE``: a tile whose every x is finite (its max of the
     sign-cleared bits below 0x7F800000, one reduction across the program) takes the amax from
-    those bits and ``_codes_all_finite``; the others (and every tile without it) ``_codes_any``.
-    ``COL_AMAX`` (rowwise: a group is a whole row, n_sc == 1): also the finite amax of each column
-    over this program's rows, kept elementwise across its tiles, to ``cslot[pid, col]`` (fp32 bits
-    as int32, ``quantize_fp8_rowwise_t_kernels``' column-slot format)."""
+    those bits and ``_codes_all_finite``; the others (and every tile without it) ``_codes_any``."""
     pid = tl.program_id(0)
     step = tl.num_programs(0)
     x_next = _walk_first(x_ptr, pid, R, C, sxr, sxc, n_sc, n_groups, FLAT, TR, BC, IN_BF16, PREFETCH)
-    if COL_AMAX:
-        cacc = tl.zeros((BC,), tl.int32)
-    else:
-        cacc = 0
     for t in range(pid, n_tiles, step):
         g, qo, mask, x, x_next = _walk_tile(x_ptr, t, step, x_next, R, C, sxr, sxc, sqr, sqc, n_sc, n_groups, FLAT,
                                             TR, BC, IN_BF16, PREFETCH)
-        bits = x.to(tl.int32, bitcast=True) & 0x7FFFFFFF
-        key = tl.max(bits, axis=1)  # integer order: NaN > inf > finite
-        if COL_AMAX:  # masked elements loaded 0: they count nothing
-            cacc = tl.maximum(cacc, tl.max(tl.where(bits < 0x7F800000, bits, 0), axis=0))
+        key = tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=1)  # integer order: NaN > inf > finite
         if FINITE:
             finite = tl.max(key, axis=0) < 0x7F800000
         else:
@@ -187,19 +177,16 @@ def _cast_rowblock_kernel(x_ptr, q_ptr, s_ptr, cslot_ptr, R, C, sxr, sxc, sqr, s
             tl.store(s_ptr + g[:, None], s[:, None], mask=(g < n_groups)[:, None])
             tl.store(q_ptr + qo, _codes_any(x, pa[:, None], pb[:, None], pc[:, None], MX, FMAX, EMIN, MBITS, IS_E4M3,
                                             HW_CVT, FAST_DIV, LEAN), mask=mask)
-    if COL_AMAX:
-        cols = tl.arange(0, BC)
-        tl.store(cslot_ptr + pid.to(tl.int64) * C + cols, cacc, mask=cols < C)
 
 
 # ---- representative sm_90 compile configurations (the GPU launches; scanned by lowbit.fma_guard) --------
 
-_SIG = {"x_ptr": "*i16", "q_ptr": "*u8", "s_ptr": "*fp32", "cslot_ptr": "*i32",
+_SIG = {"x_ptr": "*i16", "q_ptr": "*u8", "s_ptr": "*fp32",
         **dict.fromkeys(("R", "C", "sxr", "sxc", "sqr", "sqc", "n_sc", "n_groups", "n_tiles"), "i32")}
 _E4M3 = dict(FMAX=448.0, EMIN=-6, MBITS=3, IS_E4M3=True, HW_CVT=3, FAST_DIV=True, LEAN=True)
 
 SCAN_SPECS = (
     scan_spec(_cast_rowblock_kernel, _SIG,
               dict(IN_BF16=True, FLAT=True, TR=32, BC=128, PREFETCH=True, FINITE=True, MX=False, RCEIL=False, ELEM_EMAX=8,
-                   LOG2_FMAX=8, COL_AMAX=False, **_E4M3), num_warps=8),
+                   LOG2_FMAX=8, **_E4M3), num_warps=8),
 )

@@ -20,8 +20,8 @@ on the H200; the levers that are off are off until a sweep has shown them exact 
   grid-stride one's ``transpose_tile``, ``transpose_warps``, ``transpose_prefetch``; the rowwise,
   1xBC- and BxB-block ones (``quantize_fp8_transpose_kernels``, ``quantize_fp8_rowwise_t_kernels``,
   ``quantize_fp8_cols_t_kernels``): ``block_t_split``, ``rowwise_t_split``, ``rowwise_t_tiles``,
-  ``block_t_tiles``, ``square_t_kernel``, ``rowwise_t_fused_amax`` (which kernels), ``cols_t_cols``,
-  ``cols_t_rows``, ``cols_t_warps``, ``cols_t_slice_rows``, ``cols_t_maxnreg``, ``cols_t_reverse``, ``block_t_tile``,
+  ``block_t_tiles``, ``square_t_kernel`` (which kernels), ``cols_t_cols``, ``cols_t_rows``,
+  ``cols_t_warps``, ``cols_t_slice_rows``, ``cols_t_maxnreg``, ``cols_t_reverse``, ``block_t_tile``,
   ``block_t_sweep_rows``, ``block_t_sweep_prefetch``, ``rowwise_t_sweep_rows``,
   ``rowwise_t_amax_tile``, ``t_sweep_warps``;
 * the row-local walk of the casts without a transposed copy (``quantize_fp8_rowblock_kernels``:
@@ -48,8 +48,7 @@ from . import quantize_fp8_tensor_row_kernels as _k8t
 from .quantize_policy_t import (  # noqa: F401 - re-exported: the casts with a transposed copy
     block_t_split, block_t_sweep_prefetch, block_t_sweep_rows, block_t_tile,
     block_t_tiles, cols_t_cols, cols_t_maxnreg, cols_t_reverse, cols_t_rows, cols_t_slice_rows, cols_t_warps,
-    rowwise_t_amax_tile, rowwise_t_fused_amax, rowwise_t_split, rowwise_t_sweep_rows, rowwise_t_tiles, square_t_kernel,
-    square_t_one_read,
+    rowwise_t_amax_tile, rowwise_t_split, rowwise_t_sweep_rows, rowwise_t_tiles, square_t_kernel, square_t_one_read,
     square_t_one_read_maxnreg, square_t_one_read_warps, t_sweep_warps, transpose_maxnreg, transpose_one_read,
     transpose_one_read_maxnreg, transpose_one_read_tile, transpose_one_read_warps, transpose_prefetch,
     transpose_tile, transpose_warps)
@@ -275,13 +274,6 @@ def rowlocal_programs(x, num_warps: int) -> int:
     """Grid-stride programs of the row-local walk: ``rowlocal_programs_per_sm`` per SM on the GPU;
     3 under the interpreter (the loops run more than once)."""
     return _grid_programs(x, rowlocal_programs_per_sm(num_warps))
-
-
-def rowwise_t_fused_programs(x) -> int:
-    """Programs of the row-local rowwise cast that writes column amax slots (``rowwise_t_fused_amax``):
-    3 an SM (its registers' residency; each program's slot row is C int32, so few programs keep
-    the slots small: 1.6 MB at C = 4096 on 132 SMs); 3 under the interpreter."""
-    return _grid_programs(x, 3)
 
 
 def rowlocal_fast_div() -> bool:

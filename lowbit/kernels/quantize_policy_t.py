@@ -104,13 +104,6 @@ def rowwise_t_split() -> bool:
     return True
 
 
-def rowwise_t_fused_amax() -> bool:
-    """With ``rowwise_t_split``: the row-local rowwise cast also writes the column amax slots (one
-    row of slots a program, its rows' finite column maxima) instead of a separate 2-D amax pass
-    over x before it."""
-    return True
-
-
 def cols_t_cols() -> int:
     """Columns of a tile of ``_cast_cols_t_kernel`` (the transposed copy alone): 32 (H200,
     2026-12-02, 8192x8192 bf16, kernel time, bit-exact there, 1x128 + T: 0.122 ms in all at 128 x

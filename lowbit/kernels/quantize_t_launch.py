@@ -83,26 +83,16 @@ def _fp8_rowwise_t_tiles(x2, q2, qt, common):
 def _fp8_rowwise_t_split(x2, q2, qt, common):
     """Rowwise with the transposed copy as four launches (``rowwise_t_split``): column amax slots
     (last to first with ``cols_t_reverse``), column scales, x's copy by the row-local rowwise cast,
-    then the transposed copy alone (``_cast_cols_t_kernel`` with the column scales given); with
-    ``rowwise_t_fused_amax`` three: the row-local cast writes the column slots as it goes.
+    then the transposed copy alone (``_cast_cols_t_kernel`` with the column scales given).
     Returns (row scales, column scales)."""
     R, C = x2.shape
     st, ys_c = _q._fp32(x2, C), _q._fp32(x2, C)
-    fused = policy.rowwise_t_fused_amax()
-    if fused:  # the column slots from the row-local cast itself
-        scale = _q._fp32(x2, R)
-        pr = _q._rowlocal_grid(x2, next_pow2(C), 1, True)[4][0]
-        cslot = torch.empty((pr, C), dtype=torch.int32, device=x2.device)
-        _q._fp8_rowlocal(x2, q2, scale, next_pow2(C), 1, dict(common, MX=False, RCEIL=False, ELEM_EMAX=0,
-                                                              LOG2_FMAX=0), cslot=cslot)
-    else:
-        _, cslot, pr, _ = _rowwise_t_amax(x2, common, False, policy.cols_t_reverse())
+    _, cslot, pr, _ = _rowwise_t_amax(x2, common, False, policy.cols_t_reverse())
     bn = min(256, next_pow2(C))
     _k8r._rowwise_t_scales_kernel[(cdiv(C, bn),)](
         cslot, cslot, st, ys_c, st, ys_c, 0, C, pr, 1, BLOCK_P=8, BLOCK_N=bn, FMAX=common["FMAX"],
         enable_fp_fusion=False, num_warps=4)
-    if not fused:
-        scale, _ = _q._fp8_rowwise(x2, q2, q2, False, common)
+    scale, _ = _q._fp8_rowwise(x2, q2, q2, False, common)
     _fp8_cols_t(x2, qt, st, ys_c, 1, policy.cols_t_rows(), True, common)
     return scale, st
 

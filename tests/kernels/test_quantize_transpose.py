@@ -24,14 +24,13 @@ RECIPES = {"block 1x128 e4m3": (Blockwise(), "input"), "block 1x128 grad e5m2": 
            "rowwise grad e5m2": (Rowwise(), "grad")}
 
 
-@pytest.fixture(params=["sweeps", "sweeps-prefetch", "split", "split-forward", "split-amax2d"])
+@pytest.fixture(params=["sweeps", "sweeps-prefetch", "split", "split-forward"])
 def tiles(request, monkeypatch):
     """Both transposed casts on the sweep kernels (the 1xBC one with and without its prefetching
     second sweep), or split (``block_t_split`` / ``rowwise_t_split``: x's copy by the row-local
     cast, the transposed copy alone by ``_cast_cols_t_kernel``, walking last to first or first to
-    last; ``split-amax2d``: rowwise's column amax by its own 2-D pass instead of the row-local
-    cast, ``rowwise_t_fused_amax`` off), whatever the defaults, at geometries that give several
-    slices and programs. Returns the kernels that write the transposed copies, 1xBC then rowwise."""
+    last), whatever the defaults, at geometries that give several slices and programs. Returns
+    the kernels that write the transposed copies, 1xBC then rowwise."""
     split = request.param.startswith("split")
     monkeypatch.setattr(kq.policy, "block_t_split", lambda: split)
     monkeypatch.setattr(kq.policy, "rowwise_t_split", lambda: split)
@@ -44,7 +43,6 @@ def tiles(request, monkeypatch):
     monkeypatch.setattr(kq.policy, "cols_t_cols", lambda: 32)  # several programs a row of tiles
     monkeypatch.setattr(kq.policy, "cols_t_rows", lambda: 16)
     monkeypatch.setattr(kq.policy, "cols_t_reverse", lambda: request.param != "split-forward")
-    monkeypatch.setattr(kq.policy, "rowwise_t_fused_amax", lambda: request.param != "split-amax2d")
     if split:
         return "_cast_cols_t_kernel", "_cast_cols_t_kernel"
     return "_cast_1xn_t_sweep_kernel", "_cast_rowwise_t_sweep_kernel"
@@ -218,13 +216,13 @@ def test_sm90_rowwise_t_casts():
 def test_sm90_split_t_casts():
     """The split transposing casts (``block_t_split``, ``rowwise_t_split``, the defaults) as
     launched for a 16384x4096 bf16 input on an H200: x's copy by the row-local cast, the
-    transposed copy by ``_cast_cols_t_kernel`` (rowwise: after the column scales, from the slots
-    the row-local cast wrote, ``rowwise_t_fused_amax``); the column kernel's tile in registers without spilling (at most 16 bytes of stack,
+    transposed copy by ``_cast_cols_t_kernel`` (after the column amax slots and scales for
+    rowwise); the column kernel's tile in registers without spilling (at most 16 bytes of stack,
     at least 8 programs an SM) and 16-byte stores of the transposed codes."""
     block = run_script(_SASS_SCRIPT, "block 1x128 +T")
     rowwise = run_script(_SASS_SCRIPT, "rowwise e4m3 +T")
     assert [r["kernel"] for r in block] == ["_cast_rowblock_kernel", "_cast_cols_t_kernel"]
-    assert [r["kernel"] for r in rowwise] == ["_cast_rowblock_kernel", "_rowwise_t_scales_kernel",
-                                              "_cast_cols_t_kernel"]  # the column slots by the row cast
+    assert [r["kernel"] for r in rowwise] == ["_rowwise_t_amax2d_kernel", "_rowwise_t_scales_kernel",
+                                              "_cast_rowblock_kernel", "_cast_cols_t_kernel"]
     for cols in (block[-1], rowwise[-1]):
         assert cols["stack"] <= 16 and cols["resident"] >= 8 and 16 in cols["st_widths"], cols
