@@ -193,11 +193,11 @@ def _mx_fp4_rowblock_kernel(x_ptr, q_ptr, s_ptr, R, C, sxr, sxc, n_sc, n_groups,
     for t in range(pid, n_tiles, step):
         g, _, mask, x, x_next = _walk_tile(x_ptr, t, step, x_next, R, C, sxr, sxc, 0, 0, n_sc, n_groups, FLAT, TR, BC,
                                            IN_BF16, PREFETCH)
+        key = tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=1)  # integer order: NaN > inf > finite
         if FINITE:
-            key = tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=1)  # integer order: NaN > inf > finite
             finite = tl.max(key, axis=0) < 0x7F800000
         else:
-            key, finite = tl.zeros((TR,), tl.int32), False
+            finite = False
         s_mask = (g < n_groups)[:, None]
         if finite:  # the stores in each branch (codes yielded from an if would take a register each)
             k = _mx_exponent(key.to(tl.float32, bitcast=True), RCEIL, 2, 6.0, 2)
@@ -206,7 +206,7 @@ def _mx_fp4_rowblock_kernel(x_ptr, q_ptr, s_ptr, R, C, sxr, sxc, n_sc, n_groups,
             lo, hi = tl.split(tl.reshape(code, (TR, BC // 2, 2)))
             _store_packed(q_ptr, (lo | (hi << 4)).to(tl.uint8), g, R, C, n_sc, n_groups, FLAT, BC)
         else:
-            has_nan = tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=1) > 0x7F800000  # NaN above +inf
+            has_nan = key > 0x7F800000
             k = _mx_exponent(tl.max(tl.abs(tl.fma(x, 0.0, x)), axis=1), RCEIL, 2, 6.0, 2)
             tl.store(s_ptr + g[:, None], tl.where(has_nan, 255, k + 127).to(tl.uint8)[:, None], mask=s_mask)
             code = tl.where(has_nan[:, None], 0, _e2m1_signed(x * _pow2(-k)[:, None]))
