@@ -30,8 +30,9 @@ def _mx_fp4_pairs_kernel(w_ptr, q_ptr, s_ptr, n_groups, n_tiles, TR: tl.constexp
     2i + 1 in the low / high half), widened exactly as ``lo = w << 16``, ``hi = w & 0xFFFF0000``,
     and a pair's code byte ``code(lo) | code(hi) << 4`` is q's layout: words in, bytes out, the
     same (TR, BC / 2) tile, no shuffle between load and store. Per block (a row of the tile):
-    the NaN flag from a NaN-propagating max of |x| (``max.NaN``), the finite amax as max
-    |fma(x, 0, x)|, ``k = _mx_exponent(amax)``, scale code ``k + 127`` (0xFF and codes 0 for a
+    the NaN flag (the integer max of the magnitude bits above +inf; ``ASM``: a NaN-propagating
+    bf16x2 max), the finite amax as max |fma(x, 0, x)|, ``k = _mx_exponent(amax)``, scale code
+    ``k + 127`` (0xFF and codes 0 for a
     block holding NaN), codes of ``x * 2^-k`` by ``_e2m1_signed`` (``ASM``: ``_e2m1_pairs``, a
     pair at a time in bf16x2). Grid-stride over tiles of TR blocks."""
     pid = tl.program_id(0)
