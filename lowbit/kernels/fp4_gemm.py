@@ -43,6 +43,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .cuda_device import capability
 from .fp4_decode import _ASM_MX, _ASM_NV, _decode_cat, _scale_bytes, _word_scales, _words  # noqa: F401
 from .fp4_weight_only import (SCAN_SPECS as WO_SCAN_SPECS, WO_CONFIGS as _WO_CONFIGS, fp4_weight_only_mm,  # noqa: F401
                               prune_wo as _prune_wo, weight_only_support, wo_last_config)
@@ -158,7 +159,7 @@ def _fp4_layout(t, name: str) -> Optional[str]:
 
 def _use_asm(device, dtype) -> bool:
     return (not interpreting()) and device.type == "cuda" and dtype == torch.bfloat16 \
-        and torch.cuda.get_device_capability(device) >= (9, 0)
+        and capability(device) >= (9, 0)
 
 
 def fp4_support(a, b) -> Optional[str]:

@@ -54,6 +54,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .cuda_device import capability, sm_count
 from .interpret import interpreting, runnable
 from .launch_math import cdiv
 
@@ -381,7 +382,7 @@ def tma_ok(a_data: torch.Tensor, b_data: torch.Tensor) -> bool:
 def _num_sms(device) -> int:
     if device.type != "cuda":
         return 3
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return sm_count(device)
 
 
 def _store_dtype(out_dtype: torch.dtype) -> torch.dtype:
@@ -401,7 +402,7 @@ def _interpret_tma_config(plan) -> dict:
 
 def _auto_variant(device, qa, qb) -> str:
     """"tma" on sm_90+ for K-major operands, else "pointer"."""
-    if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 9 or not tma_ok(qa, qb):
+    if device.type != "cuda" or capability(device)[0] < 9 or not tma_ok(qa, qb):
         return "pointer"
     return "tma"
 

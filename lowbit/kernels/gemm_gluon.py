@@ -78,6 +78,7 @@ from typing import Optional
 
 import torch
 
+from .cuda_device import capability, sm_count
 from .launch_math import cdiv
 
 __all__ = ["gluon_scaled_mm", "gluon_fp8_scaled_mm", "gluon_available", "gluon_support", "CONFIGS",
@@ -396,7 +397,7 @@ def gluon_support(qa, sa, qb, sb, mode, out_dtype=torch.bfloat16, bias=None, con
         return "operands must be 2-D FP8 tensors (E4M3 / E5M2, mixed allowed)"
     if qa.device.type != "cuda" or qb.device != qa.device:
         return "CUDA tensors only"
-    if torch.cuda.get_device_capability(qa.device) != (9, 0):
+    if capability(qa.device) != (9, 0):
         return "the Gluon kernel is written for sm_90a (wgmma)"
     M, K = qa.shape
     if qb.shape[0] != K:
@@ -441,7 +442,7 @@ def gluon_support(qa, sa, qb, sb, mode, out_dtype=torch.bfloat16, bias=None, con
 
 
 def _num_sms(device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return sm_count(device)
 
 
 def gluon_scaled_mm(qa, sa, qb, sb, mode: str, out_dtype=torch.bfloat16, bias=None, *,

@@ -36,15 +36,13 @@ on the H200; the levers that are off are off until a sweep has shown them exact 
   program (read and reduced by the next kernel, ``amax_reduce_block`` at a time) instead of an
   atomic max into a zero-filled scalar, so no zero-fill launch.
 
-Nothing here is read from the environment, and nothing is cached but the device properties.
+Nothing here is read from the environment, and nothing is cached here (the device properties are, in
+``cuda_device``).
 """
 from __future__ import annotations
 
-import functools
-
-import torch
-
 from . import quantize_fp8_tensor_row_kernels as _k8t
+from .cuda_device import gpu
 from .quantize_policy_t import (  # noqa: F401 - re-exported: the casts with a transposed copy
     block_t_split, block_t_sweep_prefetch, block_t_sweep_rows, block_t_tile,
     block_t_tiles, cols_t_cols, cols_t_maxnreg, cols_t_reverse, cols_t_rows, cols_t_slice_rows, cols_t_warps,
@@ -61,13 +59,6 @@ def interpreted() -> bool:
     import triton.language as tl
     from triton.runtime.jit import JITFunction
     return type(_k8t._cast_tensor_kernel).__name__ == "InterpretedFunction" and not isinstance(tl.max, JITFunction)
-
-
-@functools.lru_cache(maxsize=None)
-def gpu(index: int) -> tuple:
-    """(compute capability, SM count) of a CUDA device."""
-    props = torch.cuda.get_device_properties(index)
-    return (props.major, props.minor), props.multi_processor_count
 
 
 def sms(x) -> int:

@@ -26,6 +26,7 @@ import torch
 
 from ..dtypes.fp4_tensor import FP4Tensor
 from ..dtypes.fp8_tensor import FP8Tensor
+from .cuda_device import capability
 from .fp4_gemm import fp4_scaled_mm, fp4_support, fp4_weight_only_mm, weight_only_support
 from .gemm import fp8_scaled_mm, fp8_support
 from .interpret import interpreting
@@ -36,7 +37,7 @@ __all__ = ["make_backend", "TRITON_BACKEND", "triton_supports", "triton_scaled_m
 
 def _device_reason(t: torch.Tensor) -> Optional[str]:
     if t.device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(t.device)
+        major, minor = capability(t.device)
         if (major, minor) < (8, 9):
             return f"sm_{major}{minor} has no FP8 tensor cores (the triton backend needs sm_89+)"
         return None

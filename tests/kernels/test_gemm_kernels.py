@@ -238,7 +238,7 @@ def test_auto_variant_is_tma_on_hopper_for_k_major_operands(monkeypatch):
     operands, pre-Hopper GPUs, the CPU) the pointer kernel."""
     import lowbit.kernels.gemm as gemm
     cap = [(9, 0)]
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cap[0])
+    monkeypatch.setattr(gemm, "capability", lambda device: cap[0])
     cuda = torch.device("cuda")
 
     def pick(recipe, k_major=True):
