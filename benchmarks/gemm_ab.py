@@ -1,7 +1,7 @@
 """Interleaved A/B timing of the warp-specialized FP8 GEMM configurations against cuBLAS (H200).
 
     python benchmarks/gemm_ab.py --out DIR [--configs A,B,..] [--modes M1,M2] [--shapes MxNxK,..] [--rounds R] [--bias]
-                                 [--graph]
+                                 [--graph] [--name NAME]
 
 Why: on the lease machine the clock drifts within a run (the same kernel timed a minute apart moves
 by several percent), so configurations timed one after the other cannot be told apart at the 1-3%
@@ -11,10 +11,10 @@ launch cost: lowbit's Python launch, ~0.12-0.15 ms, is more than a 4096^3 GEMM t
 a variant's figure is the median of its per-round times, and its ratio
 is the median over rounds of (anchor time / its time) in the same round, which cancels the drift.
 Anchors: cuBLAS ``torch._scaled_mm`` precise (tensorwise, rowwise), cuBLAS blockwise 1x128 x 128x128
-(``benchmarks/gemm.py``'s probe). Every Gluon variant is first checked bit for bit against the
+(``benchmarks/gemm.py``'s probe), bf16 ``torch.mm`` for blockwise_cols (wgrad's 1x128 x 128x1). Every Gluon variant is first checked bit for bit against the
 first configuration's output (the configurations differ in schedule only) and its relative
 Frobenius distance to the anchor's output on the same codes is recorded (the same promotion
-interval: ~1e-5 or less). Table last; JSON to DIR/gemm_ab.json.
+interval: ~1e-5 or less). Table last; JSON to DIR/NAME.json (default gemm_ab).
 """
 from __future__ import annotations
 
@@ -39,11 +39,19 @@ def variants(mode, a, b, configs, bias=None):
     from benchmarks.gemm import blockwise_anchor
     from lowbit.kernels import gemm_gluon as gg
     bf = torch.bfloat16
+    out = None
     if mode == "blockwise":
         bias = None  # the blockwise anchor takes none
-        factory, label = blockwise_anchor(a, b)
-        out = [(f"cuBLAS blockwise ({label})", factory(a, b))]
-    else:
+        try:
+            factory, label = blockwise_anchor(a, b)
+            out = [(f"cuBLAS blockwise ({label})", factory(a, b))]
+        except RuntimeError:  # a shape cuBLAS takes no blockwise layout for: the bf16 anchor below
+            pass
+    if mode.startswith("blockwise") and out is None:  # bf16 torch.mm of the dequantized operands
+        bias = None
+        xa, xb = a.dequantize(bf), b.dequantize(bf)
+        out = [("bf16 torch.mm", lambda: torch.mm(xa, xb))]
+    if out is None:
         out = [("cuBLAS precise", lambda: torch._scaled_mm(a._data, b._data, a._scale, b._scale, bias=bias,
                                                            out_dtype=bf))]
     return out + [(f"gluon {c}", lambda c=c: gg.gluon_fp8_scaled_mm(a, b, bf, bias=bias, config=c)) for c in configs]
@@ -91,6 +99,7 @@ def main():
         p.add_argument("--modes", default=",".join(MODES))
         p.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
         p.add_argument("--rounds", type=int, default=7)
+        p.add_argument("--name", default="gemm_ab", help="the JSON's file name (two runs in one call)")
         p.add_argument("--bias", action="store_true", help="a bf16 bias in every call (the bitwise checks cover it)")
         p.add_argument("--graph", action="store_true", help="time each call by CUDA-graph replay (8 calls a graph: "
                        "no host launch cost, operands warm in L2 as in do_bench's back-to-back calls)")
@@ -108,7 +117,7 @@ def main():
             guarded(rows, f"{shape} {mode}", lambda: ab_shape(rows, M, N, K, mode, configs, args.rounds, args.bias,
                                                                  args.graph))
             print(f"  {shape} {mode} done ({time.time() - t0:.0f} s)", flush=True)
-    path = write_json(args.out, "gemm_ab", dict(env=info, rows=rows, wall_s=time.time() - t0))
+    path = write_json(args.out, args.name, dict(env=info, rows=rows, wall_s=time.time() - t0))
     print("\nenv:", {k: info.get(k) for k in ("gpu", "torch", "triton", "date")}, f"\nJSON: {path}\n")
     print_table(rows, ["shape", "mode", "variant", "ms", "tflops", "ratio", "spread", "note", "error"])
 

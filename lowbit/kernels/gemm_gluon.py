@@ -163,14 +163,15 @@ if gl is not None:
     @gluon.jit
     def _epilogue(acc, c_ptr, bias_ptr, sa_ptr, sb_ptr, off_m, off_n, M, N, stride_cm, stride_cn,
                   stride_sam, stride_sbn, MODE: gl.constexpr, HAS_BIAS: gl.constexpr,
-                  layout: gl.constexpr, BLOCK_M: gl.constexpr, BN: gl.constexpr):
-        """Scale (tensorwise/rowwise), add bias, cast and store one (BLOCK_M, BN) block."""
+                  layout: gl.constexpr, BLOCK_M: gl.constexpr, BN: gl.constexpr, tw):
+        """Scale (tensorwise: by ``tw = RN(sA * sB)``, loaded once by the caller; rowwise), add
+        bias, cast and store one (BLOCK_M, BN) block."""
         rows = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
         cols = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
         rmask = rows < M
         cmask = cols < N
         if MODE == 0:  # tensorwise
-            out = acc * (gl.load(sa_ptr) * gl.load(sb_ptr))
+            out = acc * tw
         elif MODE == 1:  # rowwise
             sa = gl.load(sa_ptr + rows * stride_sam, mask=rmask, other=0.0)
             sb = gl.load(sb_ptr + cols * stride_sbn, mask=cmask, other=0.0)
@@ -335,11 +336,12 @@ if gl is not None:
             _cta_barrier()
             p = _produce(p, n_stages, start, step, num_tiles, num_pid_m, num_pid_n, a_desc, b_desc,
                          a_bufs, b_bufs, ready, STAGES, SUBK, NSUB, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
+            tw = gl.load(sa_ptr) * gl.load(sb_ptr) if MODE == 0 else 1.0
             _epilogue(acc0, c_ptr, bias_ptr, sa_ptr, sb_ptr, off_m, off_n, M, N, stride_cm, stride_cn,
-                      stride_sam, stride_sbn, MODE, HAS_BIAS, mma_layout, BLOCK_M, BN_SUB)
+                      stride_sam, stride_sbn, MODE, HAS_BIAS, mma_layout, BLOCK_M, BN_SUB, tw)
             if NSUB == 2:
                 _epilogue(acc1, c_ptr, bias_ptr, sa_ptr, sb_ptr, off_m, off_n + BN_SUB, M, N, stride_cm,
-                          stride_cn, stride_sam, stride_sbn, MODE, HAS_BIAS, mma_layout, BLOCK_M, BN_SUB)
+                          stride_cn, stride_sam, stride_sbn, MODE, HAS_BIAS, mma_layout, BLOCK_M, BN_SUB, tw)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
 else:  # pragma: no cover

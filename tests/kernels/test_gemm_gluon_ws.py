@@ -37,7 +37,9 @@ def _tools():
 
 @pytest.fixture(scope="module", params=[("tensorwise", "ws_s3"), ("rowwise", "ws_s3"), ("blockwise", "ws_s3"),
                                         ("blockwise_cols", "ws_s3"), ("tensorwise", "wsfast_n256_s4"),
-                                        ("tensorwise", "ws_s3_g16_eo"), ("rowwise", "ws_s3_g16_eo")],
+                                        ("tensorwise", "ws_s3_g16_eo"), ("rowwise", "ws_s3_g16_eo"),
+                                        ("blockwise", "ws_s3_g16_ss"), ("blockwise_cols", "ws_s3_g16_ss"),
+                                        ("blockwise", "ws_s3_g16_ss_eo"), ("blockwise_cols", "ws_s3_g16_ss_eo")],
                 ids=lambda p: "-".join(p))
 def compiled(request, tmp_path_factory):
     """(mode, config, PTX, ptxas -v stderr, SASS, shared bytes)."""
@@ -55,10 +57,10 @@ def compiled(request, tmp_path_factory):
 
 def test_three_partitions_with_their_register_budgets(compiled):
     _, cfg, ptx, *_ = compiled
-    fast, bn, stages, subk, group_m, c_regs, p_regs, maxnreg, _ = ws.WS_CONFIGS[cfg]
+    c = ws.WS_CONFIGS[cfg]
     counts = {int(n) for n in re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+);", ptx)}
-    assert c_regs in counts and p_regs in counts, counts
-    assert f".maxnreg {maxnreg}" in ptx
+    assert c.consumer_regs in counts and c.producer_regs in counts, counts
+    assert f".maxnreg {c.maxnreg}" in ptx
 
 
 def test_consumers_sync_only_their_warp_group(compiled):
@@ -92,14 +94,62 @@ def test_shared_memory_fits(compiled):
     assert 0 < compiled[5] <= SMEM_LIMIT
 
 
+def _k_loops(sass):
+    """The instruction lists of the SASS loops that issue wgmmas (backward branches)."""
+    ins = [(int(a, 16), t.strip()) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    at = {a: i for i, (a, _) in enumerate(ins)}
+    loops = []
+    for i, (a, t) in enumerate(ins):
+        m = re.search(r"BRA (0x[0-9a-f]+)", t)
+        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
+            body = [x for _, x in ins[at[int(m.group(1), 16)]:i + 1]]
+            if any("GMMA" in x for x in body) and len(body) < 600:  # a K loop, not a tile loop
+                loops.append(body)
+    return loops
+
+
+def test_scale_ring_keeps_global_loads_out_of_the_k_loop(compiled):
+    """With the scale ring (``_ss``) the consumers' K loops read the chunk scales from shared memory:
+    no global load in them but blockwise's one sB scalar a chunk, and no warp-group barrier for
+    blockwise_cols' layout change (without the ring: 6 global loads a stage, and 3 more barriers
+    for blockwise_cols)."""
+    mode, cfg, _, _, sass, _ = compiled
+    loops = _k_loops(sass)
+    assert len(loops) >= 2, len(loops)  # one a consumer warp group
+    for body in loops:
+        ldg = sum(bool(re.search(r"\bLDG\b", x)) for x in body)
+        bars = sum("BAR.SYNC" in x for x in body)
+        if ws.WS_CONFIGS[cfg].smem_scales and mode.startswith("blockwise"):
+            assert ldg <= (2 if mode == "blockwise" else 0), (ldg, cfg)
+            assert any(re.search(r"\bLDS\b", x) for x in body)
+            assert bars <= 2, bars
+        elif mode.startswith("blockwise"):
+            assert ldg >= 6, ldg
+
+
+def test_scale_rows_for_tma():
+    """``_chunk_rows``: unit column stride, row stride a multiple of 4 elements, 16-byte base, the
+    same values; no copy when the scales already are so."""
+    g = torch.Generator().manual_seed(5)
+    for chunks, n in ((3, 8), (5, 1030), (9, 1001), (1, 1)):
+        s = torch.rand(n, chunks, generator=g).t()  # (chunks, n) column-major, as sA.t() arrives
+        r = ws._chunk_rows(s)
+        assert torch.equal(r, s) and r.stride(1) == 1 and r.stride(0) % 4 == 0 and r.stride(0) >= n
+        assert r.data_ptr() % 16 == 0
+        assert ws._chunk_rows(r) is r
+    c = torch.rand(4, 1024, generator=g)
+    assert ws._chunk_rows(c) is c
+
+
 def test_configs_fit_an_sm():
-    for name, (fast, bn, stages, subk, group_m, c_regs, p_regs, maxnreg, _) in ws.WS_CONFIGS.items():
-        assert (stages * subk * (128 * 128 + bn * 128)) <= SMEM_LIMIT - 1024, name
-        assert fast or (subk == 2 and bn == 128), name
-        assert maxnreg * 12 * 32 <= REGS_PER_SM, name  # 3 warp groups (the producer's warp rounds up)
-        default_regs = 3 * maxnreg - c_regs - p_regs  # what the default consumer is left
-        assert all(r % 8 == 0 and 24 <= r <= 256 for r in (c_regs, p_regs, default_regs)), name
-        assert default_regs >= c_regs, name  # both consumers hold the same accumulators
+    for name, c in ws.WS_CONFIGS.items():
+        ring = 2 * c.stages * c.subk * (128 + 128) * 4 if c.smem_scales else 0  # sA and sB rows a chunk
+        assert (c.stages * c.subk * (128 * 128 + c.block_n * 128)) + ring <= SMEM_LIMIT - 1024, name
+        assert c.fast or (c.subk == 2 and c.block_n == 128), name
+        assert c.maxnreg * 12 * 32 <= REGS_PER_SM, name  # 3 warp groups (the producer's warp rounds up)
+        default_regs = 3 * c.maxnreg - c.consumer_regs - c.producer_regs  # what the default consumer is left
+        assert all(r % 8 == 0 and 24 <= r <= 256 for r in (c.consumer_regs, c.producer_regs, default_regs)), name
+        assert default_regs >= c.consumer_regs, name  # both consumers hold the same accumulators
     assert set(ws.WS_DEFAULT.values()) <= set(ws.WS_CONFIGS)
     assert not ws.WS_CONFIGS[ws.WS_DEFAULT["promote"]][0] and ws.WS_CONFIGS[ws.WS_DEFAULT["fast"]][0]
 
@@ -150,10 +200,13 @@ def test_k_scaled_gemms_ignore_fast_accum():
 
 def test_epilogue_overlap_where_measured():
     """The overlapped epilogue is the default for large tensorwise / rowwise outputs, with or
-    without a bias (what the H200 A/B measured and checked bitwise); blockwise and small GEMMs keep
-    the configurations without it."""
+    without a bias, and the scale ring for the blockwise modes (what the H200 A/B measured and
+    checked bitwise); small GEMMs keep the configurations without the overlap."""
     assert ws.promote_config(8192, 8192, "tensorwise") == ws.promote_config(16384, 14336, "rowwise") == "ws_s3_g16_eo"
     assert ws.promote_config(8200, 8320, "tensorwise") == "ws_s3_g16_eo"
-    assert ws.promote_config(8192, 8192, "blockwise") == "ws_s3_g16"
-    assert ws.promote_config(4096, 4096, "tensorwise") == ws.promote_config(8192, 8192, "blockwise_cols") == "ws_s3"
-    assert ws.WS_CONFIGS["ws_s3_g16_eo"][-1] and not ws.WS_CONFIGS["ws_s3_g16"][-1]
+    assert ws.promote_config(4096, 4096, "tensorwise") == "ws_s3"
+    # blockwise modes: the scale ring at every size
+    assert ws.promote_config(8192, 8192, "blockwise") == "ws_s3_g16_ss_eo"
+    assert ws.promote_config(8192, 8192, "blockwise_cols") == "ws_s3_g16_ss"
+    assert ws.promote_config(4096, 4096, "blockwise") == ws.promote_config(14336, 4096, "blockwise_cols") == "ws_s3_ss"
+    assert ws.WS_CONFIGS["ws_s3_g16_eo"].epi_overlap and not ws.WS_CONFIGS["ws_s3_g16"].epi_overlap
