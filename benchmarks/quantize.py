@@ -296,8 +296,7 @@ def sweep_rows():
     block_t, rowwise_t = _named("block 1x128 +T"), _named("rowwise e4m3 +T")
     both_t = block_t + rowwise_t
     fp4 = _named("mxfp4 1x32", "nvfp4 1x16")
-    rows = [("1x128 T gluon off", dict(block_t_gluon=F), block_t)]
-    rows += [("fp4 pairs off", dict(rowlocal_fp4_pairs=F), fp4), ("fp4 pairs fp32 encode", dict(fp4_ptx_encode=F), fp4)]
+    rows = [("fp4 pairs off", dict(rowlocal_fp4_pairs=F), fp4), ("fp4 pairs fp32 encode", dict(fp4_ptx_encode=F), fp4)]
     rows += [("cols T not split", dict(block_t_split=F, rowwise_t_split=F), both_t),
             ("cols T forward", dict(cols_t_reverse=F), both_t)]
     rows += [(f"cols T {c} cols {w}w", dict(cols_t_cols=lambda c=c: c, cols_t_warps=lambda e, w=w: w), block_t)
@@ -356,9 +355,6 @@ def sweep_rows():
         rows += [(f"T {r}x{c} w{w}{' prefetch' if pre else ''}",
                   dict(transpose_tile=lambda x, t=(r, c): t, transpose_warps=lambda e, w=w: w,
                        transpose_prefetch=lambda pre=pre: pre), tw)]
-    # the levers of the two-launch and sweep 1x128 + T kernels: with the one-read Gluon kernel off
-    rows = [(label, dict(levers, block_t_gluon=F) if any(v in block_t for v in vs) and label != rows[0][0]
-             else levers, vs) for label, levers, vs in rows]
     return rows
 
 

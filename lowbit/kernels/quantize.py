@@ -315,9 +315,6 @@ def _fp8_blocks(x2, q2, qt, recipe, fmt, block, tblock, transposed, common):
     mx = type(recipe) is MX
     rowlocal = dict(common, MX=mx, RCEIL=mx and recipe.scale_rule == "rceil", ELEM_EMAX=fmt.emax,
                     LOG2_FMAX=math.frexp(fmt.max)[1] - 1)  # the row-local walk's arguments
-    if transposed and not mx and block.rows == 1 and block.cols == 128 and policy.block_t_gluon() \
-            and _tl._k8g.gluon_block_t_support(x2, q2, block.cols):
-        return _tl._fp8_block_t_gluon(x2, q2, qt, common)
     if transposed and not mx and block.rows == 1 and block.cols >= 16 and policy.block_t_split() \
             and policy.rowlocal_blocks():
         return _tl._fp8_block_t_split(x2, q2, qt, block.cols, common, rowlocal)

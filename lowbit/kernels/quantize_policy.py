@@ -19,8 +19,7 @@ on the H200; the levers that are off are off until a sweep has shown them exact 
   ``transpose_one_read_tile``, ``transpose_one_read_warps``, ``transpose_one_read_maxnreg``; the
   grid-stride one's ``transpose_tile``, ``transpose_warps``, ``transpose_prefetch``; the rowwise,
   1xBC- and BxB-block ones (``quantize_fp8_transpose_kernels``, ``quantize_fp8_rowwise_t_kernels``,
-  ``quantize_fp8_cols_t_kernels``, ``quantize_fp8_gluon_t``): ``block_t_gluon``, ``block_t_split``,
-  ``rowwise_t_split``, ``rowwise_t_tiles``,
+  ``quantize_fp8_cols_t_kernels``): ``block_t_split``, ``rowwise_t_split``, ``rowwise_t_tiles``,
   ``block_t_tiles``, ``square_t_kernel`` (which kernels), ``cols_t_cols``, ``cols_t_rows``,
   ``cols_t_warps``, ``cols_t_slice_rows``, ``cols_t_maxnreg``, ``cols_t_reverse``, ``block_t_tile``,
   ``block_t_sweep_rows``, ``block_t_sweep_prefetch``, ``rowwise_t_sweep_rows``,
@@ -45,7 +44,7 @@ from __future__ import annotations
 from . import quantize_fp8_tensor_row_kernels as _k8t
 from .cuda_device import gpu
 from .quantize_policy_t import (  # noqa: F401 - re-exported: the casts with a transposed copy
-    block_t_gluon, block_t_split, block_t_sweep_prefetch, block_t_sweep_rows, block_t_tile,
+    block_t_split, block_t_sweep_prefetch, block_t_sweep_rows, block_t_tile,
     block_t_tiles, cols_t_cols, cols_t_maxnreg, cols_t_reverse, cols_t_rows, cols_t_slice_rows, cols_t_warps,
     rowwise_t_amax_tile, rowwise_t_split, rowwise_t_sweep_rows, rowwise_t_tiles, square_t_kernel, square_t_one_read,
     square_t_one_read_maxnreg, square_t_one_read_warps, t_sweep_warps, transpose_maxnreg, transpose_one_read,

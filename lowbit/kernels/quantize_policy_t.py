@@ -88,13 +88,6 @@ def rowwise_t_tiles() -> bool:
     return True
 
 
-def block_t_gluon() -> bool:
-    """1x128 blocks with the transposed copy from one read of x by the Gluon kernel
-    (``quantize_fp8_gluon_t``; sm_90, bf16 x with TMA-able rows) instead of ``block_t_split``'s two
-    launches (benchmarks/RESULTS.md, session 11)."""
-    return True
-
-
 def block_t_split() -> bool:
     """1xBC blocks (BC >= 16) with the transposed copy as two launches: x's copy by the row-local
     1xBC cast, the transposed copy alone by ``quantize_fp8_cols_t_kernels`` (x read twice, the

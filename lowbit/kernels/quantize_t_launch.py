@@ -1,8 +1,7 @@
 """Launchers of the FP8 casts that also write the transposed copy with their own kernels (part of
 ``quantize``'s ``quantize_fp8_t_triton``; the tensorwise grid-stride one stays there): tensorwise
-from one read of each tile; 1x128 blocks from one read by the Gluon kernel on sm_90; rowwise and
-1xBC blocks split (x's copy by the row-local cast, the transposed copy alone by
-``quantize_fp8_cols_t_kernels``) or from the sweep kernels; BxB blocks.
+from one read of each tile; rowwise and 1xBC blocks split (x's copy by the row-local cast, the
+transposed copy alone by ``quantize_fp8_cols_t_kernels``) or from the sweep kernels; BxB blocks.
 Every launch choice is a ``quantize_policy`` function, read at each launch.
 """
 from __future__ import annotations
@@ -11,7 +10,6 @@ import torch
 
 from . import quantize as _q
 from . import quantize_fp8_cols_t_kernels as _k8c
-from . import quantize_fp8_gluon_t as _k8g
 from . import quantize_fp8_rowwise_t_kernels as _k8r
 from . import quantize_fp8_transpose_kernels as _k8x
 from . import quantize_policy as policy
@@ -130,15 +128,6 @@ def _fp8_block_t_tiles(x2, q2, qt, block, common):
         enable_fp_fusion=False, num_warps=policy.t_sweep_warps(sub * tc))
     return scale, st
 
-
-
-def _fp8_block_t_gluon(x2, q2, qt, common):
-    """1x128 blocks with the transposed copy from one read of x (``quantize_fp8_gluon_t``, where
-    ``gluon_block_t_support`` holds). Returns both scales."""
-    R, C = x2.shape
-    scale, st = _q._fp32(x2, R, cdiv(C, 128)), _q._fp32(x2, C, cdiv(R, 128))
-    _k8g.cast_1x128_t_gluon(x2, q2, qt, scale, st, _q._fmt_args(common))
-    return scale, st
 
 
 def _fp8_block_t_split(x2, q2, qt, bc: int, common, rowlocal):
