@@ -11,10 +11,12 @@ launch cost: lowbit's Python launch, ~0.12-0.15 ms, is more than a 4096^3 GEMM t
 a variant's figure is the median of its per-round times, and its ratio
 is the median over rounds of (anchor time / its time) in the same round, which cancels the drift.
 Anchors: cuBLAS ``torch._scaled_mm`` precise (tensorwise, rowwise), cuBLAS blockwise 1x128 x 128x128
-(``benchmarks/gemm.py``'s probe), bf16 ``torch.mm`` for blockwise_cols (wgrad's 1x128 x 128x1). Every Gluon variant is first checked bit for bit against the
-first configuration's output (the configurations differ in schedule only) and its relative
-Frobenius distance to the anchor's output on the same codes is recorded (the same promotion
-interval: ~1e-5 or less). Table last; JSON to DIR/NAME.json (default gemm_ab).
+(``benchmarks/gemm.py``'s probe), bf16 ``torch.mm`` of the dequantized operands for blockwise_cols
+(wgrad's 1x128 x 128x1, which no cuBLAS call here takes) and for blockwise shapes cuBLAS declines.
+Every Gluon variant is first checked bit for bit against the first configuration's output (the
+configurations differ in schedule only) and its relative Frobenius distance to the anchor's
+output on the same codes is recorded (the same promotion interval: ~1e-5 or less; against bf16:
+~3e-3). Table last; JSON to DIR/NAME.json (default gemm_ab).
 """
 from __future__ import annotations
 

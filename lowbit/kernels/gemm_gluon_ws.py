@@ -52,11 +52,11 @@ blockwise_cols, sB's 128 columns (of (chunks, N)); rows are padded to 16 bytes b
 chunk). The ring has 2 STAGES slots of two chunks, twice the operand ring: a consumer promotes a
 stage's op 1 in the next stage, after its operand slot was released, and stage ``c``'s scale
 slot is refilled (for stage ``c + 2 STAGES``) only once both consumers released stage
-``c + STAGES``, after their promotions of stage ``c`` (done by stage ``c + 1``). The consumers read them where they are used (an LDS each,
-straight into the accumulator's row or column slice): no global load waits in the K loop (the
-chunk's product ``sA * sB`` was formed next to its global loads, and its multiply waited for them
-there, mid-stage), and blockwise_cols' column scales need no layout conversion through shared
-memory and its warp-group barrier. Blockwise's one sB scalar a chunk stays a global load, a stage
+``c + STAGES``, after their promotions of stage ``c`` (done by stage ``c + 1``). The consumers
+read the scales where they use them (an LDS each, straight into the accumulator's row or column
+slice): no global load waits in the K loop (the chunk's product ``sA * sB`` was formed next to
+its global loads, and its multiply waited for them there, mid-stage), and blockwise_cols' column
+scales need no layout conversion through shared memory and its warp-group barrier. Blockwise's one sB scalar a chunk stays a global load, a stage
 ahead (its ring copy, sB repeated 64 times, measured no faster). Shared memory +6 KB (blockwise)
 / +12 KB (blockwise_cols). Same bits.
 
@@ -92,6 +92,10 @@ if gl is not None:
     from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
     _tma_load = _g._tma_load
+    _tile_coords = _g._tile_coords
+    _chunk_scale = _g._chunk_scale
+    _promote = _g._promote
+    _epilogue = _g._epilogue
     # triton 3.6: shared_memory_descriptor._reinterpret; 3.9: .reinterpret (resolved at trace time)
     _REINTERPRET_PUBLIC = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
 
@@ -105,10 +109,6 @@ if gl is not None:
         else:
             rows = buf._reinterpret(gl.float32, [n_slots, width], flat)
         return rows
-    _tile_coords = _g._tile_coords
-    _chunk_scale = _g._chunk_scale
-    _promote = _g._promote
-    _epilogue = _g._epilogue
 
     @gluon.jit
     def _ws_producer(a_desc, b_desc, sa_desc, sb_desc, a_bufs, b_bufs, sa_bufs, sb_bufs, ready, empty, M, N, K,
