@@ -113,13 +113,11 @@ if gl is not None:
     @gluon.jit
     def _ws_producer(a_desc, b_desc, sa_desc, sb_desc, a_bufs, b_bufs, sa_bufs, sb_bufs, ready, empty, M, N, K,
                      STAGES: gl.constexpr, SUBK: gl.constexpr, GROUP_M: gl.constexpr, MODE: gl.constexpr,
-                     SMEM_SCALES: gl.constexpr, CB: gl.constexpr):
+                     SMEM_SCALES: gl.constexpr):
         """TMA loads of every (tile, stage of SUBK 128-K chunks) of this program, each into the
         next free ring slot (A as two 64-row boxes: one per consumer warp group). SMEM_SCALES:
         also the stage's chunk scales (sA's 128 tile rows; blockwise_cols: sB's 128 tile
-        columns) into scale slot ``p % (2 STAGES)``, on the same ``ready`` barrier. CB (chunk
-        barriers): every chunk of a slot has its own ``ready`` / ``empty`` pair (index ``slot *
-        SUBK + h``), so a chunk is refilled as soon as both consumers retired it."""
+        columns) into scale slot ``p % (2 STAGES)``, on the same ``ready`` barrier."""
         BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
         BLOCK_K: gl.constexpr = b_desc.block_type.shape[1]
         HALF_M: gl.constexpr = a_desc.block_type.shape[0]
@@ -128,21 +126,16 @@ if gl is not None:
         num_tiles = num_pid_m * num_pid_n
         n_stages = gl.cdiv(gl.cdiv(K, BLOCK_K), SUBK)
         SCALE_BYTES: gl.constexpr = (2 * HALF_M + (BLOCK_N if MODE == 3 else 0)) * 4 if SMEM_SCALES else 0
-        CHUNK_BYTES: gl.constexpr = (2 * HALF_M + BLOCK_N) * BLOCK_K + SCALE_BYTES
+        NBYTES: gl.constexpr = SUBK * ((2 * HALF_M + BLOCK_N) * BLOCK_K + SCALE_BYTES)
         p = 0
         for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
             pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
             for st in range(n_stages):
                 slot = p % STAGES
-                if not CB:
-                    mbarrier.wait(empty.index(slot), ((p // STAGES) & 1) ^ 1)  # fresh barrier: passes
-                    bar = ready.index(slot)
-                    mbarrier.expect(bar, SUBK * CHUNK_BYTES)
+                mbarrier.wait(empty.index(slot), ((p // STAGES) & 1) ^ 1)  # fresh barrier: passes
+                bar = ready.index(slot)
+                mbarrier.expect(bar, NBYTES)
                 for h in gl.static_range(SUBK):
-                    if CB:
-                        mbarrier.wait(empty.index(slot * SUBK + h), ((p // STAGES) & 1) ^ 1)
-                        bar = ready.index(slot * SUBK + h)
-                        mbarrier.expect(bar, CHUNK_BYTES)
                     k = (st * SUBK + h) * BLOCK_K
                     for r in gl.static_range(2):
                         _tma_load(a_desc, [pid_m * 2 * HALF_M + r * HALF_M, k], bar,
@@ -161,7 +154,7 @@ if gl is not None:
                      WG: gl.constexpr, MODE: gl.constexpr, HAS_BIAS: gl.constexpr, FAST: gl.constexpr,
                      BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
                      SUBK: gl.constexpr, GROUP_M: gl.constexpr, EPI_OVERLAP: gl.constexpr,
-                     SMEM_SCALES: gl.constexpr, EARLY: gl.constexpr, CB: gl.constexpr):
+                     SMEM_SCALES: gl.constexpr):
         """Warp group ``WG`` (0/1): rows WG*64 .. WG*64+63 of every tile of this program.
         EPI_OVERLAP (promoting): a tile's epilogue runs in the next tile's first stage, while its
         two wgmmas do (the first tile's is a masked-off no-op)."""
@@ -192,13 +185,13 @@ if gl is not None:
                                                        sa_ptr, sb_ptr, off_m, pid_n * BLOCK_N, n_chunks, M, N,
                                                        stride_sam, stride_sak, stride_sbk, stride_sbn, WG, STAGES,
                                                        mma_layout, SMEM_SCALES, acc_prev, prev_m, prev_n, c_ptr,
-                                                       bias_ptr, stride_cm, stride_cn, HAS_BIAS, OVERLAP, EARLY, CB)
+                                                       bias_ptr, stride_cm, stride_cn, HAS_BIAS, OVERLAP)
             else:
                 acc, c, t0, t1 = _ws_tile_promote(a_bufs, b_bufs, sa_ring, ready, empty, c, t0, t1, sa_ptr, sb_ptr,
                                                   off_m, pid_n, n_chunks, M, stride_sam, stride_sak,
                                                   stride_sbk, stride_sbn, WG, MODE, STAGES, mma_layout,
                                                   acc_prev, prev_m, prev_n, c_ptr, bias_ptr, N, stride_cm,
-                                                  stride_cn, HAS_BIAS, OVERLAP, SMEM_SCALES, tw, EARLY, CB)
+                                                  stride_cn, HAS_BIAS, OVERLAP, SMEM_SCALES, tw)
             if OVERLAP:
                 acc_prev = acc
                 prev_m = off_m
@@ -237,32 +230,13 @@ if gl is not None:
             [t, gl.broadcast(sa, t)[0], gl.broadcast(sb, t)[0], acc], dtype=gl.float32, is_pure=False, pack=1)
 
     @gluon.jit
-    def _wait_op(ready, c, h: gl.constexpr, STAGES: gl.constexpr, CB: gl.constexpr):
-        """Before op ``h`` of stage ``c``: wait for its data (the stage's barrier before op 0; CB:
-        the chunk's own barrier before each op)."""
-        if CB:
-            mbarrier.wait(ready.index((c % STAGES) * 2 + h), (c // STAGES) & 1)
-        elif h == 0:
-            mbarrier.wait(ready.index(c % STAGES), (c // STAGES) & 1)
-
-    @gluon.jit
-    def _release_op(empty, c, h: gl.constexpr, STAGES: gl.constexpr, CB: gl.constexpr):
-        """After op ``h`` of stage ``c`` retired: this warp group's arrival on the slot's ``empty``
-        barrier (after op 1: the whole stage; CB: each op's chunk as soon as it retired)."""
-        if CB:
-            mbarrier.arrive(empty.index((c % STAGES) * 2 + h), count=1)
-        elif h == 1:
-            mbarrier.arrive(empty.index(c % STAGES), count=1)
-
-    @gluon.jit
-    def _first_stage(a_bufs, b_bufs, ready, c, t0, t1, WG: gl.constexpr, STAGES: gl.constexpr, CB: gl.constexpr):
+    def _first_stage(a_bufs, b_bufs, ready, c, t0, t1, WG: gl.constexpr, STAGES: gl.constexpr):
         """A tile's first stage: wait for its slot, issue op 0 (chunk 0, into t0) and op 1 (chunk 1,
         into t1), both from zero. Returns (slot, t0, t1), both ops in flight."""
         slot = c % STAGES
-        _wait_op(ready, c, 0, STAGES, CB)
+        mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
         t0 = warpgroup_mma(a_bufs.index(slot * 4 + WG), b_bufs.index(slot * 2).permute((1, 0)), t0,
                            use_acc=False, is_async=True)
-        _wait_op(ready, c, 1, STAGES, CB)
         t1 = warpgroup_mma(a_bufs.index(slot * 4 + 2 + WG), b_bufs.index(slot * 2 + 1).permute((1, 0)), t1,
                            use_acc=False, is_async=True)
         return slot, t0, t1
@@ -283,14 +257,6 @@ if gl is not None:
         return sa, sb
 
     @gluon.jit
-    def _ring_col_scales(sa_ring, sb_ring, ss, WG: gl.constexpr, mma_layout: gl.constexpr):
-        """Scale slot ``ss`` of the ring in the accumulator's layouts: this warp group's 64 row
-        scales (a (64, 1) column) and the tile's column scales (a (1, BLOCK_N) row)."""
-        sa = sa_ring.index(ss).slice(WG * 64, 64).load(gl.SliceLayout(1, mma_layout))
-        sb = sb_ring.index(ss).load(gl.SliceLayout(0, mma_layout))
-        return gl.expand_dims(sa, 1), gl.expand_dims(sb, 0)
-
-    @gluon.jit
     def _promote_cols_at(acc, t, sa, sb, sa_ring, sb_ring, ss, WG: gl.constexpr, mma_layout: gl.constexpr,
                          SMEM_SCALES: gl.constexpr):
         """``_promote_cols`` of one chunk: from ``_raw_col_scales``' registers (the row of column
@@ -298,19 +264,18 @@ if gl is not None:
         shared memory and a warp-group barrier) or, SMEM_SCALES, from scale slot ``ss`` of the
         ring (shared-memory loads straight into those layouts)."""
         if SMEM_SCALES:
-            sa2, sb2 = _ring_col_scales(sa_ring, sb_ring, ss, WG, mma_layout)
+            sa = sa_ring.index(ss).slice(WG * 64, 64).load(gl.SliceLayout(1, mma_layout))
+            sb = sb_ring.index(ss).load(gl.SliceLayout(0, mma_layout))
         else:
-            sa2 = gl.expand_dims(sa, 1)
-            sb2 = gl.expand_dims(gl.convert_layout(sb, gl.SliceLayout(0, mma_layout)), 0)
-        return _promote_cols(acc, t, sa2, sb2)
+            sb = gl.convert_layout(sb, gl.SliceLayout(0, mma_layout))
+        return _promote_cols(acc, t, gl.expand_dims(sa, 1), gl.expand_dims(sb, 0))
 
     @gluon.jit
     def _ws_tile_promote_cols(a_bufs, b_bufs, sa_ring, sb_ring, ready, empty, c, t0, t1, sa_ptr, sb_ptr, off_m,
                               off_n, n_chunks, M, N, stride_sam, stride_sak, stride_sbk, stride_sbn,
                               WG: gl.constexpr, STAGES: gl.constexpr, mma_layout: gl.constexpr,
                               SMEM_SCALES: gl.constexpr, acc_prev, prev_m, prev_n, c_ptr, bias_ptr, stride_cm,
-                              stride_cn: gl.constexpr, HAS_BIAS: gl.constexpr, EPI_OVERLAP: gl.constexpr,
-                              EARLY: gl.constexpr, CB: gl.constexpr):
+                              stride_cn: gl.constexpr, HAS_BIAS: gl.constexpr, EPI_OVERLAP: gl.constexpr):
         """MODE 3 with two temporaries, on ``_ws_tile_promote``'s schedule (op 0 of a stage runs
         while op 1 of the stage before is promoted, then op 1 while op 0 is), the epilogue overlap
         included; a chunk's scales wait in three registers and take the accumulator's layout only
@@ -319,7 +284,7 @@ if gl is not None:
         SS: gl.constexpr = 2 * STAGES  # scale slots of 2 chunks
         rows = off_m + gl.arange(0, 64, layout=gl.SliceLayout(1, mma_layout))
         cols = off_n + gl.arange(0, BLOCK_N, layout=gl.BlockedLayout([BLOCK_N // 128], [32], [4], [0]))
-        slot, t0, t1 = _first_stage(a_bufs, b_bufs, ready, c, t0, t1, WG, STAGES, CB)
+        slot, t0, t1 = _first_stage(a_bufs, b_bufs, ready, c, t0, t1, WG, STAGES)
         if EPI_OVERLAP:  # the tile before, while both ops run
             _epilogue(acc_prev, c_ptr, bias_ptr, sa_ptr, sb_ptr, prev_m, prev_n, M, N, stride_cm, stride_cn,
                       stride_sam, stride_sbn, 3, HAS_BIAS, mma_layout, 64, BLOCK_N, 1.0)
@@ -330,10 +295,9 @@ if gl is not None:
         sa1, sb1 = _raw_col_scales(sa_ptr, sb_ptr, rows, cols, 1, n_chunks, M, N, stride_sam, stride_sak,
                                    stride_sbk, stride_sbn, SMEM_SCALES)
         t0 = warpgroup_mma_wait(1, deps=[t0])
-        _release_op(empty, c, 0, STAGES, CB)
         acc = _promote_cols_at(acc, t0, sa0, sb0, sa_ring, sb_ring, ss, WG, mma_layout, SMEM_SCALES)
         t1 = warpgroup_mma_wait(0, deps=[t1])
-        _release_op(empty, c, 1, STAGES, CB)
+        mbarrier.arrive(empty.index(slot), count=1)
         c += 1
         sa0, sb0 = _raw_col_scales(sa_ptr, sb_ptr, rows, cols, 2, n_chunks, M, N, stride_sam, stride_sak,
                                    stride_sbk, stride_sbn, SMEM_SCALES)
@@ -341,34 +305,21 @@ if gl is not None:
         # previous stage's op 1, retired, not yet promoted (its scales in sa1 / sb1, or slot ss + 1).
         for st in range(1, gl.cdiv(n_chunks, 2)):
             slot = c % STAGES
-            if EARLY:  # t1's scales (slot ss + 1, filled a stage ago) read before anything waits
-                e_sa1, e_sb1 = _ring_col_scales(sa_ring, sb_ring, ss + 1, WG, mma_layout)
-            _wait_op(ready, c, 0, STAGES, CB)
+            mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
             t0 = warpgroup_mma(a_bufs.index(slot * 4 + WG), b_bufs.index(slot * 2).permute((1, 0)), t0,
                                use_acc=False, is_async=True)
-            if EARLY:
-                acc = _promote_cols(acc, t1, e_sa1, e_sb1)
-            else:
-                acc = _promote_cols_at(acc, t1, sa1, sb1, sa_ring, sb_ring, ss + 1, WG, mma_layout, SMEM_SCALES)
-            _wait_op(ready, c, 1, STAGES, CB)
+            acc = _promote_cols_at(acc, t1, sa1, sb1, sa_ring, sb_ring, ss + 1, WG, mma_layout, SMEM_SCALES)
             t1 = warpgroup_mma(a_bufs.index(slot * 4 + 2 + WG), b_bufs.index(slot * 2 + 1).permute((1, 0)),
                                t1, use_acc=False, is_async=True)
             ss = (c % SS) * 2
             sa1, sb1 = _raw_col_scales(sa_ptr, sb_ptr, rows, cols, st * 2 + 1, n_chunks, M, N, stride_sam,
                                        stride_sak, stride_sbk, stride_sbn, SMEM_SCALES)
-            if EARLY:  # t0's scales (this stage's slot, ready since the wait above) before its wgmma wait
-                e_sa0, e_sb0 = _ring_col_scales(sa_ring, sb_ring, ss, WG, mma_layout)
-                t0 = warpgroup_mma_wait(1, deps=[t0])
-                _release_op(empty, c, 0, STAGES, CB)
-                acc = _promote_cols(acc, t0, e_sa0, e_sb0)
-            else:
-                t0 = warpgroup_mma_wait(1, deps=[t0])
-                _release_op(empty, c, 0, STAGES, CB)
-                acc = _promote_cols_at(acc, t0, sa0, sb0, sa_ring, sb_ring, ss, WG, mma_layout, SMEM_SCALES)
+            t0 = warpgroup_mma_wait(1, deps=[t0])
+            acc = _promote_cols_at(acc, t0, sa0, sb0, sa_ring, sb_ring, ss, WG, mma_layout, SMEM_SCALES)
             sa0, sb0 = _raw_col_scales(sa_ptr, sb_ptr, rows, cols, st * 2 + 2, n_chunks, M, N, stride_sam,
                                        stride_sak, stride_sbk, stride_sbn, SMEM_SCALES)
             t1 = warpgroup_mma_wait(0, deps=[t1])
-            _release_op(empty, c, 1, STAGES, CB)
+            mbarrier.arrive(empty.index(slot), count=1)
             c += 1
         acc = _promote_cols_at(acc, t1, sa1, sb1, sa_ring, sb_ring, ss + 1, WG, mma_layout, SMEM_SCALES)
         return acc, c, t0, t1
@@ -401,7 +352,7 @@ if gl is not None:
                          M, stride_sam, stride_sak, stride_sbk, stride_sbn, WG: gl.constexpr, MODE: gl.constexpr,
                          STAGES: gl.constexpr, mma_layout: gl.constexpr, acc_prev, prev_m, prev_n, c_ptr, bias_ptr,
                          N, stride_cm, stride_cn: gl.constexpr, HAS_BIAS: gl.constexpr, EPI_OVERLAP: gl.constexpr,
-                         SMEM_SCALES: gl.constexpr, tw, EARLY: gl.constexpr, CB: gl.constexpr):
+                         SMEM_SCALES: gl.constexpr, tw):
         """One tile's 64 rows, promoted every 128-K chunk; a stage = chunks 2s (op 0, into t0) and
         2s+1 (op 1, into t1). EPI_OVERLAP: the previous tile's epilogue (``acc_prev``, rows from
         ``prev_m``, columns from ``prev_n``) between the first stage's issue and its first wait.
@@ -420,7 +371,7 @@ if gl is not None:
             x1, y1 = _blk_fetch(sa_ptr, sb_ptr, off_m, pid_n, 1, n_chunks, M, stride_sam, stride_sak, stride_sbk,
                                 stride_sbn, rows, SMEM_SCALES)
         # stage 0: both ops, then drain
-        slot, t0, t1 = _first_stage(a_bufs, b_bufs, ready, c, t0, t1, WG, STAGES, CB)
+        slot, t0, t1 = _first_stage(a_bufs, b_bufs, ready, c, t0, t1, WG, STAGES)
         ss = (c % SS) * 2
         if EPI_OVERLAP:  # the tile before, while both ops run (its accumulator's last use)
             _epilogue(acc_prev, c_ptr, bias_ptr, sa_ptr, sb_ptr, prev_m, prev_n, M, N, stride_cm, stride_cn,
@@ -432,10 +383,9 @@ if gl is not None:
             x0n, y0n = _blk_fetch(sa_ptr, sb_ptr, off_m, pid_n, 2, n_chunks, M, stride_sam, stride_sak,
                                   stride_sbk, stride_sbn, rows, SMEM_SCALES)
         t0 = warpgroup_mma_wait(1, deps=[t0])
-        _release_op(empty, c, 0, STAGES, CB)
         acc = _promote(acc, t0, _blk_scale(x0, y0, sa_ring, ss, WG, rows, SMEM_SCALES), MODE)
         t1 = warpgroup_mma_wait(0, deps=[t1])
-        _release_op(empty, c, 1, STAGES, CB)  # this warp group is done with the slot
+        mbarrier.arrive(empty.index(slot), count=1)  # this warp group is done with the slot
         c += 1
         # Loop invariant: nothing in flight at the back edge (else ptxas serializes every wgmma,
         # C7514); t1 holds the previous stage's op 1, retired, not yet promoted.
@@ -446,33 +396,21 @@ if gl is not None:
                 y0 = y0n
                 x0n, y0n = _blk_fetch(sa_ptr, sb_ptr, off_m, pid_n, st * 2 + 2, n_chunks, M, stride_sam,
                                       stride_sak, stride_sbk, stride_sbn, rows, SMEM_SCALES)
-            s1 = 1.0
-            if EARLY and MODE == 2:  # t1's scale column (slot ss + 1, filled a stage ago) before any wait
-                s1 = _blk_scale(x1, y1, sa_ring, ss + 1, WG, rows, SMEM_SCALES)
-            _wait_op(ready, c, 0, STAGES, CB)
+            mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
             t0 = warpgroup_mma(a_bufs.index(slot * 4 + WG), b_bufs.index(slot * 2).permute((1, 0)), t0,
                                use_acc=False, is_async=True)
             # op 1 of the previous stage, while op 0 runs
-            if not (EARLY and MODE == 2):
-                s1 = _blk_scale(x1, y1, sa_ring, ss + 1, WG, rows, SMEM_SCALES)
-            acc = _promote(acc, t1, s1, MODE)
-            _wait_op(ready, c, 1, STAGES, CB)
+            acc = _promote(acc, t1, _blk_scale(x1, y1, sa_ring, ss + 1, WG, rows, SMEM_SCALES), MODE)
             t1 = warpgroup_mma(a_bufs.index(slot * 4 + 2 + WG), b_bufs.index(slot * 2 + 1).permute((1, 0)),
                                t1, use_acc=False, is_async=True)
             ss = (c % SS) * 2
             if MODE == 2:
                 x1, y1 = _blk_fetch(sa_ptr, sb_ptr, off_m, pid_n, st * 2 + 1, n_chunks, M, stride_sam,
                                     stride_sak, stride_sbk, stride_sbn, rows, SMEM_SCALES)
-            s0 = 1.0
-            if EARLY and MODE == 2:  # t0's (this stage's slot, ready since the wait above) before its wgmma wait
-                s0 = _blk_scale(x0, y0, sa_ring, ss, WG, rows, SMEM_SCALES)
             t0 = warpgroup_mma_wait(1, deps=[t0])
-            _release_op(empty, c, 0, STAGES, CB)
-            if not (EARLY and MODE == 2):
-                s0 = _blk_scale(x0, y0, sa_ring, ss, WG, rows, SMEM_SCALES)
-            acc = _promote(acc, t0, s0, MODE)  # while op 1 runs
+            acc = _promote(acc, t0, _blk_scale(x0, y0, sa_ring, ss, WG, rows, SMEM_SCALES), MODE)  # while op 1 runs
             t1 = warpgroup_mma_wait(0, deps=[t1])
-            _release_op(empty, c, 1, STAGES, CB)
+            mbarrier.arrive(empty.index(slot), count=1)
             c += 1
         acc = _promote(acc, t1, _blk_scale(x1, y1, sa_ring, ss + 1, WG, rows, SMEM_SCALES), MODE)
         return acc, c, t0, t1
@@ -483,8 +421,7 @@ if gl is not None:
                             MODE: gl.constexpr, HAS_BIAS: gl.constexpr, FAST: gl.constexpr,
                             STAGES: gl.constexpr, SUBK: gl.constexpr, GROUP_M: gl.constexpr,
                             CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, EPI_OVERLAP: gl.constexpr,
-                            SMEM_SCALES: gl.constexpr, EARLY: gl.constexpr, CB: gl.constexpr,
-                            num_warps: gl.constexpr):
+                            SMEM_SCALES: gl.constexpr, num_warps: gl.constexpr):
         """Persistent warp-specialized promoting FP8 GEMM (module docstring); MODE 0/1/2/3:
         tensorwise, rowwise, blockwise, blockwise_cols; 128 x BLOCK_N tiles, stages of SUBK 128-K
         chunks; FAST: no promotion (tensorwise / rowwise). SMEM_SCALES (blockwise modes): the chunk
@@ -500,7 +437,6 @@ if gl is not None:
                          "blockwise: 128x128 tiles (one sB, or a row of them, per chunk), promoted")
         gl.static_assert(FAST or SUBK == 2, "promotion: a stage's two ops are its two 128-K chunks")
         gl.static_assert(MODE >= 2 or not SMEM_SCALES, "the scale ring holds blockwise scales")
-        gl.static_assert(not CB or not FAST, "chunk barriers: the promoting schedules (two chunks a stage)")
         a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES * SUBK * 2] + a_desc.block_type.shape,
                                            a_desc.layout)
         b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES * SUBK] + b_desc.block_type.shape, b_desc.layout)
@@ -520,23 +456,22 @@ if gl is not None:
             sb_tma = b_bufs
             sa_ring = a_bufs
             sb_ring = b_bufs
-        NBAR: gl.constexpr = STAGES * SUBK if CB else STAGES  # CB: a ready / empty pair per chunk
-        ready = gl.allocate_shared_memory(gl.int64, [NBAR, 1], mbarrier.MBarrierLayout())
-        empty = gl.allocate_shared_memory(gl.int64, [NBAR, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(NBAR):
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(empty.index(i), count=2)  # one arrival per consumer warp group
         gl.warp_specialize([
             (_ws_consumer, (a_bufs, b_bufs, sa_ring, sb_ring, ready, empty, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N, K,
                             stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn,
                             0, MODE, HAS_BIAS, FAST, BLOCK_N, BLOCK_K, STAGES, SUBK, GROUP_M, EPI_OVERLAP,
-                            SMEM_SCALES, EARLY, CB)),
+                            SMEM_SCALES)),
             (_ws_consumer, (a_bufs, b_bufs, sa_ring, sb_ring, ready, empty, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N, K,
                             stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn,
                             1, MODE, HAS_BIAS, FAST, BLOCK_N, BLOCK_K, STAGES, SUBK, GROUP_M, EPI_OVERLAP,
-                            SMEM_SCALES, EARLY, CB)),
+                            SMEM_SCALES)),
             (_ws_producer, (a_desc, b_desc, sa_desc, sb_desc, a_bufs, b_bufs, sa_tma, sb_tma, ready, empty, M, N, K,
-                            STAGES, SUBK, GROUP_M, MODE, SMEM_SCALES, CB)),
+                            STAGES, SUBK, GROUP_M, MODE, SMEM_SCALES)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 else:  # pragma: no cover
     _fp8_gemm_ws_kernel = None
@@ -558,8 +493,6 @@ class WSConfig(NamedTuple):
     maxnreg: int
     epi_overlap: bool
     smem_scales: bool = False
-    early_scales: bool = False
-    chunk_bars: bool = False
 
 
 WS_CONFIGS = {
@@ -572,15 +505,6 @@ WS_CONFIGS = {
     "ws_s3_ss": WSConfig(False, 128, 3, 2, 8, 232, 40, 168, False, True),
     "ws_s3_g16_ss": WSConfig(False, 128, 3, 2, 16, 232, 40, 168, False, True),
     "ws_s3_g16_ss_eo": WSConfig(False, 128, 3, 2, 16, 232, 40, 168, True, True),
-    "ws_s3_ss_es": WSConfig(False, 128, 3, 2, 8, 232, 40, 168, False, True, True),
-    "ws_s3_g16_ss_es": WSConfig(False, 128, 3, 2, 16, 232, 40, 168, False, True, True),
-    "ws_s3_g16_ss_eo_es": WSConfig(False, 128, 3, 2, 16, 232, 40, 168, True, True, True),
-    "ws_s3_g16_ss_es_r240": WSConfig(False, 128, 3, 2, 16, 240, 24, 168, False, True, True),
-    "ws_s3_g16_ss_r240": WSConfig(False, 128, 3, 2, 16, 240, 24, 168, False, True, False),
-    "ws_s3_g16_eo_cb": WSConfig(False, 128, 3, 2, 16, 232, 40, 168, True, False, False, True),
-    "ws_s3_cb": WSConfig(False, 128, 3, 2, 8, 232, 40, 168, False, False, False, True),
-    "ws_s3_g16_ss_eo_es_cb": WSConfig(False, 128, 3, 2, 16, 232, 40, 168, True, True, True, True),
-    "ws_s3_g16_ss_es_r240_cb": WSConfig(False, 128, 3, 2, 16, 240, 24, 168, False, True, True, True),
 }
 WS_DEFAULT = {"promote": "ws_s3", "fast": "wsfast_n256_s4"}  # fp8_scaled_mm(variant="ws")
 
@@ -665,8 +589,7 @@ def ws_scaled_mm(qa, sa, qb, sb, mode: str, out: torch.Tensor, bias=None, *, con
         sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1),
         MODE=_g._MODES[mode], HAS_BIAS=bias is not None, FAST=cfg.fast, STAGES=cfg.stages, SUBK=cfg.subk,
         GROUP_M=cfg.group_m, CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
-        EPI_OVERLAP=cfg.epi_overlap, SMEM_SCALES=ring, EARLY=ring and cfg.early_scales, CB=cfg.chunk_bars,
-        num_warps=4, maxnreg=cfg.maxnreg)
+        EPI_OVERLAP=cfg.epi_overlap, SMEM_SCALES=ring, num_warps=4, maxnreg=cfg.maxnreg)
     return out
 
 
@@ -688,8 +611,7 @@ def compile_ws_for_sm90(mode: str = "tensorwise", config: str = "ws_s3", out_dty
            "stride_sam": "i32", "stride_sak": "i32", "stride_sbk": "i32", "stride_sbn": "i32"}
     consts = dict(stride_cn=1, MODE=_g._MODES[mode], HAS_BIAS=has_bias, FAST=cfg.fast, STAGES=cfg.stages, SUBK=cfg.subk,
                   GROUP_M=cfg.group_m, CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
-                  EPI_OVERLAP=cfg.epi_overlap, SMEM_SCALES=ring, EARLY=ring and cfg.early_scales, CB=cfg.chunk_bars,
-                  num_warps=4)
+                  EPI_OVERLAP=cfg.epi_overlap, SMEM_SCALES=ring, num_warps=4)
     for k in consts:
         sig[k] = "constexpr"
     attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(sig)  # as the JIT specializes
