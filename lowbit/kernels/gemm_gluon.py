@@ -427,10 +427,7 @@ def gluon_support(qa, sa, qb, sb, mode, out_dtype=torch.bfloat16, bias=None, con
                              or not bias.is_floating_point() or bias.device != qa.device):
         return "bias must be a 1-D float tensor of length N on the operands' device"
     from .gemm_gluon_ws import WS_CONFIGS, promote_config
-    from .gemm_gluon_ws3 import WS3_CONFIGS
     name = config or promote_config(M, N, mode)
-    if name in WS3_CONFIGS:
-        return None if mode in ("tensorwise", "rowwise") else "192-row tiles: tensorwise and rowwise only"
     if name in WS_CONFIGS:
         fast, bn = WS_CONFIGS[name][:2]
         if mode.startswith("blockwise") and (fast or bn != 128):
@@ -466,7 +463,6 @@ def gluon_scaled_mm(qa, sa, qb, sb, mode: str, out_dtype=torch.bfloat16, bias=No
     M, K = qa.shape
     N = qb.shape[1]
     from .gemm_gluon_ws import WS_CONFIGS, promote_config, ws_scaled_mm
-    from .gemm_gluon_ws3 import WS3_CONFIGS, ws3_scaled_mm
     name = config or promote_config(M, N, mode)
     if out is None:
         out = torch.empty((M, N), dtype=out_dtype, device=qa.device)
@@ -476,8 +472,6 @@ def gluon_scaled_mm(qa, sa, qb, sb, mode: str, out_dtype=torch.bfloat16, bias=No
     sb = sb.reshape(1, 1) if sb.dim() < 2 else sb
     if name in WS_CONFIGS:
         return ws_scaled_mm(qa, sa, qb, sb, mode, out, bias, config=name)
-    if name in WS3_CONFIGS:
-        return ws3_scaled_mm(qa, sa, qb, sb, mode, out, bias, config=name)
     subk, nsub, bn, stages, group_m, unroll = CONFIGS[name]
     bn_sub = bn // nsub
     a_desc = _GluonDesc(qa, [M, K], [qa.stride(0), 1], [_BM, _BK], _smem_layout(_BM, _BK))

@@ -113,20 +113,20 @@ if gl is not None:
     @gluon.jit
     def _ws_producer(a_desc, b_desc, sa_desc, sb_desc, a_bufs, b_bufs, sa_bufs, sb_bufs, ready, empty, M, N, K,
                      STAGES: gl.constexpr, SUBK: gl.constexpr, GROUP_M: gl.constexpr, MODE: gl.constexpr,
-                     SMEM_SCALES: gl.constexpr, NUM_WG: gl.constexpr = 2):
+                     SMEM_SCALES: gl.constexpr):
         """TMA loads of every (tile, stage of SUBK 128-K chunks) of this program, each into the
-        next free ring slot (A as NUM_WG 64-row boxes: one per consumer warp group). SMEM_SCALES:
+        next free ring slot (A as two 64-row boxes: one per consumer warp group). SMEM_SCALES:
         also the stage's chunk scales (sA's 128 tile rows; blockwise_cols: sB's 128 tile
         columns) into scale slot ``p % (2 STAGES)``, on the same ``ready`` barrier."""
         BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
         BLOCK_K: gl.constexpr = b_desc.block_type.shape[1]
         HALF_M: gl.constexpr = a_desc.block_type.shape[0]
-        num_pid_m = gl.cdiv(M, NUM_WG * HALF_M)
+        num_pid_m = gl.cdiv(M, 2 * HALF_M)
         num_pid_n = gl.cdiv(N, BLOCK_N)
         num_tiles = num_pid_m * num_pid_n
         n_stages = gl.cdiv(gl.cdiv(K, BLOCK_K), SUBK)
         SCALE_BYTES: gl.constexpr = (2 * HALF_M + (BLOCK_N if MODE == 3 else 0)) * 4 if SMEM_SCALES else 0
-        NBYTES: gl.constexpr = SUBK * ((NUM_WG * HALF_M + BLOCK_N) * BLOCK_K + SCALE_BYTES)
+        NBYTES: gl.constexpr = SUBK * ((2 * HALF_M + BLOCK_N) * BLOCK_K + SCALE_BYTES)
         p = 0
         for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
             pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
@@ -137,9 +137,9 @@ if gl is not None:
                 mbarrier.expect(bar, NBYTES)
                 for h in gl.static_range(SUBK):
                     k = (st * SUBK + h) * BLOCK_K
-                    for r in gl.static_range(NUM_WG):
-                        _tma_load(a_desc, [pid_m * NUM_WG * HALF_M + r * HALF_M, k], bar,
-                                  a_bufs.index((slot * SUBK + h) * NUM_WG + r))
+                    for r in gl.static_range(2):
+                        _tma_load(a_desc, [pid_m * 2 * HALF_M + r * HALF_M, k], bar,
+                                  a_bufs.index((slot * SUBK + h) * 2 + r))
                     _tma_load(b_desc, [pid_n * BLOCK_N, k], bar, b_bufs.index(slot * SUBK + h))
                     if SMEM_SCALES:
                         ss = (p % (2 * STAGES)) * SUBK + h
