@@ -74,6 +74,13 @@ better. With a bias (session 8, 8200x8320x4160, bf16 bias): the same bits as ``w
 wgmma accumulates into one accumulator, so 128x256 tiles fit (128 registers); slower than the
 plain-Triton fast kernel on the H200 (1215 vs 1305 TFLOP/s at 8192^3), reached by
 ``fp8_scaled_mm(variant="ws")`` only.
+
+Against cuBLAS (Nsight Compute at 8192^3, session 12): cuBLAS's precise FP8 kernels run 2-CTA
+clusters with TMA multicast (tensorwise on 144 x 128 tiles, blockwise on 128 x 128) and read ~28%
+fewer L2 sectors; here the L2 runs at 78-80% of peak (cuBLAS 63%), the tensor pipe is busy 85% /
+80% of the SM-active cycles (cuBLAS 94% / 82%) and the consumers wait ~7% for TMA data. Gluon in
+triton 3.6 has no TMA multicast. Measured and not faster (benchmarks/RESULTS.md): scale loads
+before the wgmma waits, per-chunk ring barriers, 192 x 128 tiles on three one-temporary consumers.
 """
 from __future__ import annotations
 
