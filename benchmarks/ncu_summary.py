@@ -6,9 +6,9 @@
 ``--raw``: per kernel, the metrics that placed lowbit's GEMMs against cuBLAS (duration, SM clock,
 tensor-pipe activity, L2 sectors and throughput, L2 hit rate, DRAM reads, cluster size).
 ``--source``: per kernel, the warp-stall samples grouped by what the sampled instruction is
-(``CATEGORIES``, first match wins, on the instruction and the 12 before it), then the instructions with the most samples. Parked warps (the
-producer warp group's three unused warps wait at a barrier on a ``NOP``) are their own category,
-so the rest reads as the share of the working warps' time.
+(``CATEGORIES``, first match wins, on its opcode and the 12 instructions before it), then the
+instructions with the most samples. Parked warps (the producer warp group's three unused warps wait
+at a barrier on a ``NOP``) are their own category, so the rest reads as the working warps' time.
 """
 from __future__ import annotations
 
@@ -30,23 +30,26 @@ RAW_METRICS = (
     ("launch__registers_per_thread", "registers"),
 )
 
-# (category, predicate on (opcode, the 12 instructions before, samples)): first match wins
+# (category, predicate on (opcode, the 12 instructions before it)): first match wins
 CATEGORIES = (
-    ("parked warps", lambda op, before, samples: op == "NOP" and samples > 0 and "BAR.SYNC" in before),
-    ("mbarrier wait (data or slot)", lambda op, before, samples: op == "BRA" and "TRYWAIT" in before),
-    ("wgmma wait", lambda op, before, samples: op.startswith("WARPGROUP.DEPBAR")),
-    ("wgmma issue", lambda op, before, samples: op.startswith(("QGMMA", "HGMMA", "WARPGROUP.ARRIVE"))),
-    ("fp32 math", lambda op, before, samples: op in ("FADD", "FMUL", "FFMA")),
-    ("shared loads", lambda op, before, samples: op.startswith("LDS")),
-    ("global memory", lambda op, before, samples: op.startswith(("LDG", "STG"))),
-    ("named barrier", lambda op, before, samples: op.startswith("BAR")),
-    ("other", lambda op, before, samples: True),
+    ("parked warps", lambda op, before: op == "NOP" and "BAR.SYNC" in before),
+    ("mbarrier wait (data or slot)", lambda op, before: op == "BRA" and "TRYWAIT" in before),
+    ("wgmma wait", lambda op, before: op.startswith("WARPGROUP.DEPBAR")),
+    ("wgmma issue", lambda op, before: op.startswith(("QGMMA", "HGMMA", "WARPGROUP.ARRIVE"))),
+    ("fp32 math", lambda op, before: op in ("FADD", "FMUL", "FFMA")),
+    ("shared loads", lambda op, before: op.startswith("LDS")),
+    ("global memory", lambda op, before: op.startswith(("LDG", "STG"))),
+    ("named barrier", lambda op, before: op.startswith("BAR")),
+    ("other", lambda op, before: True),
 )
 
 
 def _opcode(sass: str) -> str:
+    """The opcode of a SASS line, past its predicate (``@!P0``)."""
     words = sass.split()
-    return (words[1] if words and words[0].startswith("@") else words[0]) if words else ""
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0] if words else ""
 
 
 def read_source(path: str) -> list:
@@ -68,13 +71,11 @@ def read_source(path: str) -> list:
 def stall_categories(header: list, rows: list) -> collections.Counter:
     """Warp-stall samples (all samples) per category of ``CATEGORIES``."""
     col = header.index("Warp Stall Sampling (All Samples)")
-    ops = [_opcode(r[1].strip()) for r in rows]
     out = collections.Counter()
     for i, r in enumerate(rows):
-        samples = int(r[col] or 0)
         before = " ".join(rows[j][1] for j in range(max(0, i - 12), i))
-        name = next(c for c, pred in CATEGORIES if pred(ops[i], before, samples))
-        out[name] += samples
+        name = next(c for c, pred in CATEGORIES if pred(_opcode(r[1].strip()), before))
+        out[name] += int(r[col] or 0)
     return out
 
 
