@@ -8,11 +8,16 @@ script goes on.
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime
 import json
 import os
 import platform
 import traceback
+
+RESULTS_CSV = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.csv")
+RESULT_FIELDS = ("date", "gpu", "torch", "triton", "torchao", "transformers", "workload", "shape", "variant",
+                 "metric", "value", "anchor", "ratio")
 
 
 def env_info() -> dict:
@@ -29,6 +34,11 @@ def env_info() -> dict:
         info["torchao"] = torchao.__version__
     except Exception:
         info["torchao"] = None
+    try:
+        import transformers
+        info["transformers"] = transformers.__version__
+    except Exception:
+        info["transformers"] = None
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()
         info["capability"] = ".".join(map(str, torch.cuda.get_device_capability()))
@@ -146,6 +156,32 @@ def print_table(rows: list, cols: list) -> None:
     print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
     for x in cells:
         print("  ".join(v.ljust(w) for v, w in zip(x, widths)))
+
+
+def result_row(env: dict, workload: str, shape: str, variant: str, metric: str, value: float,
+               anchor: str = "", ratio=None) -> dict:
+    """One measurement as a ``benchmarks/results.csv`` row: ``value`` of ``metric`` (e.g. "ms",
+    "TFLOP/s", "GiB") for ``variant`` on ``workload``/``shape``; ``anchor`` names what ``ratio``
+    compares against, measured in the same run (e.g. "bf16", "cuBLAS _scaled_mm")."""
+    row = {k: env.get(k) or "" for k in ("date", "gpu", "torch", "triton", "torchao", "transformers")}
+    row.update(workload=workload, shape=shape, variant=variant, metric=metric, value=f"{value:.6g}",
+               anchor=anchor, ratio="" if ratio is None else f"{ratio:.4g}")
+    return row
+
+
+def append_results(rows: list, out_dir: str, path: str = RESULTS_CSV) -> str:
+    """Append ``result_row`` dicts to ``results.csv`` (header written when the file is new) in
+    ``out_dir`` (what a device call brings back; ``path``, the repo's file, when run locally)."""
+    target = os.path.join(out_dir, "results.csv") if out_dir else path
+    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+    new = not os.path.exists(target)
+    with open(target, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=RESULT_FIELDS)
+        if new:
+            w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in RESULT_FIELDS})
+    return target
 
 
 def write_json(out_dir: str, name: str, payload: dict) -> str:
