@@ -108,7 +108,7 @@ def differential(kernel, args: Sequence, grid, *, constexprs: Mapping | None = N
 
 
 def _interpreting() -> bool:
-    from ..kernels.interpret import interpreting
+    from ..kernels.triton.runtime import interpreting
     return interpreting()
 
 

@@ -43,13 +43,11 @@ import torch
 import triton
 import triton.language as tl
 
-from .cuda_device import capability
+from .triton.runtime import capability, interpreting, runnable, cdiv, next_pow2
 from .fp4_decode import _ASM_MX, _ASM_NV, _decode_cat, _scale_bytes, _word_scales, _words  # noqa: F401
 from .fp4_weight_only import (SCAN_SPECS as WO_SCAN_SPECS, WO_CONFIGS as _WO_CONFIGS, fp4_weight_only_mm,  # noqa: F401
                               prune_wo as _prune_wo, weight_only_support, wo_last_config)
 from .gemm import _store_dtype, _store_tile, _tile_coords, autotune_choices
-from .interpret import interpreting, runnable
-from .launch_math import cdiv, next_pow2
 
 __all__ = ["fp4_scaled_mm", "fp4_weight_only_mm", "fp4_support", "weight_only_support", "last_config",
            "SCAN_SPECS"]

@@ -98,8 +98,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .interpret import interpreting, runnable
-from .launch_math import cdiv
+from .triton.runtime import interpreting, runnable, cdiv
 
 __all__ = ["fp4_weight_only_mm", "weight_only_support", "WO_CONFIGS", "prune_wo", "wo_last_config",
            "SCAN_SPECS"]

@@ -54,9 +54,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .cuda_device import capability, sm_count
-from .interpret import interpreting, runnable
-from .launch_math import cdiv
+from .triton.runtime import capability, sm_count, interpreting, runnable, cdiv
 
 __all__ = ["fp8_scaled_mm", "fp8_support", "gemm_plan", "last_config", "SCAN_SPECS"]
 

@@ -78,8 +78,7 @@ from typing import Optional
 
 import torch
 
-from .cuda_device import capability, sm_count
-from .launch_math import cdiv
+from .triton.runtime import capability, sm_count, cdiv
 
 __all__ = ["gluon_scaled_mm", "gluon_fp8_scaled_mm", "gluon_available", "gluon_support", "CONFIGS",
            "DEFAULT_CONFIG", "compile_for_sm90"]

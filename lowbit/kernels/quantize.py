@@ -49,8 +49,7 @@ from . import quantize_fp8_tensor_row_kernels as _k8t
 from . import quantize_fp8_transpose_kernels as _k8x
 from . import quantize_policy as policy
 from . import quantize_t_launch as _tl
-from .interpret import interpreting
-from .launch_math import cdiv, next_pow2
+from .triton.runtime import interpreting, cdiv, next_pow2
 
 __all__ = ["quantize_fp8_triton", "quantize_fp8_t_triton", "SCAN_SPECS"]
 

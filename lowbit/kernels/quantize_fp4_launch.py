@@ -22,8 +22,7 @@ from . import quantize_fp4_kernels as _k4
 from . import quantize_fp4_pairs_kernels as _k4p
 from . import quantize_fp8_tensor_row_kernels as _k8t
 from . import quantize_policy as policy
-from .interpret import interpreting
-from .launch_math import cdiv
+from .triton.runtime import interpreting, cdiv
 from .quantize import _IN_KIND, _accepts, _arg, _flat_tiles, _pow2_block, _rowlocal_grid, _rows, _tile
 
 __all__ = ["quantize_fp4_triton"]

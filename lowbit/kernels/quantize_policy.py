@@ -37,12 +37,12 @@ on the H200; the levers that are off are off until a sweep has shown them exact 
   atomic max into a zero-filled scalar, so no zero-fill launch.
 
 Nothing here is read from the environment, and nothing is cached here (the device properties are, in
-``cuda_device``).
+``triton.runtime``).
 """
 from __future__ import annotations
 
 from . import quantize_fp8_tensor_row_kernels as _k8t
-from .cuda_device import gpu
+from .triton.runtime import gpu
 from .quantize_policy_t import (  # noqa: F401 - re-exported: the casts with a transposed copy
     block_t_split, block_t_sweep_prefetch, block_t_sweep_rows, block_t_tile,
     block_t_tiles, cols_t_cols, cols_t_maxnreg, cols_t_reverse, cols_t_rows, cols_t_slice_rows, cols_t_warps,

@@ -13,7 +13,7 @@ from . import quantize_fp8_cols_t_kernels as _k8c
 from . import quantize_fp8_rowwise_t_kernels as _k8r
 from . import quantize_fp8_transpose_kernels as _k8x
 from . import quantize_policy as policy
-from .launch_math import cdiv, next_pow2
+from .triton.runtime import cdiv, next_pow2
 
 
 def _fp8_tensor_t_one_read(x2, q2, qt, scale, amax, n_amax: int, state, common):

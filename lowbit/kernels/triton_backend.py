@@ -26,10 +26,9 @@ import torch
 
 from ..dtypes.fp4_tensor import FP4Tensor
 from ..dtypes.fp8_tensor import FP8Tensor
-from .cuda_device import capability
+from .triton.runtime import capability, interpreting
 from .fp4_gemm import fp4_scaled_mm, fp4_support, fp4_weight_only_mm, weight_only_support
 from .gemm import fp8_scaled_mm, fp8_support
-from .interpret import interpreting
 from .registry import Backend
 
 __all__ = ["make_backend", "TRITON_BACKEND", "triton_supports", "triton_scaled_mm"]

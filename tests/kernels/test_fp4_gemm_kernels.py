@@ -121,7 +121,7 @@ def test_weight_only_bias_and_out_dtypes(out_dtype, u_out, split):
 def test_weight_only_hand_prefetched_scales_agree():
     """PIPE_SCALES=False (scales prefetched one step ahead by hand) gives the same bits as the
     pipelined scale loads (the default)."""
-    from lowbit.kernels.interpret import runnable
+    from lowbit.kernels.triton.runtime import runnable
     x = _sample(4, 192, 70).to(torch.bfloat16)
     b = _fp4("nv-1x16", 32, 192, 71, "weight").t()
     outs = []
