@@ -21,10 +21,13 @@ tied weights elsewhere and meta-device models are untouched; no data is read).
 
 What is skipped, with one warning listing every skipped layer and why:
 
-* by the default filter (``filter=None``): the output head, i.e. every layer whose own name
-  (last dotted component) is one of ``HEAD_NAMES`` (``lm_head``, ``head``, ``classifier``,
-  ``output``, ``score``) and the last Linear of the model in registration order. A user
-  ``filter(name, module) -> bool`` replaces this rule (True converts);
+* by the default filter: the output head, i.e. every layer whose own name (last dotted
+  component) is one of ``HEAD_NAMES`` (``lm_head``, ``head``, ``classifier``, ``output``,
+  ``score``), and nothing by position (a bare ``nn.Linear`` or the last layer of an MLP converts).
+  A user filter replaces this rule (True converts): ``filter(name, module) -> bool``, or
+  torchao's ``module_filter_fn(module, fqn) -> bool`` (the same question, arguments in torchao's
+  order; give one of the two). A head that shares its weight with the embedding is skipped as
+  tied (below) whatever the filter says;
 * always: shapes the format can't take (``lowbit.nn.spec.shape_problem``), non-float or float64
   parameters, a weight shared with another module (tied), ``nn.MultiheadAttention``'s
   ``out_proj`` (its weight is read directly, the module's forward never runs), layers already
@@ -97,6 +100,15 @@ def _structural_problem(mod: nn.Module, kind: str, shared: set, mha_out: set) ->
     return dtype_problem(mod.weight)
 
 
+def _user_filter(filter, module_filter_fn) -> Optional[Callable[[str, nn.Module], bool]]:
+    """The user's filter as ``(name, module) -> bool``, from either keyword (not both)."""
+    if filter is not None and module_filter_fn is not None:
+        raise TypeError("convert takes filter=(name, module) or torchao's module_filter_fn=(module, fqn), not both")
+    if module_filter_fn is not None:
+        return lambda name, mod: module_filter_fn(mod, name)
+    return filter
+
+
 def _plan(model: nn.Module, recipe: Recipe, filter, backend: str):
     """(to convert: [(name, module, kind)], skipped: [(name, why)])."""
     counts: Dict[int, int] = {}
@@ -105,7 +117,6 @@ def _plan(model: nn.Module, recipe: Recipe, filter, backend: str):
     shared = {i for i, c in counts.items() if c > 1}
     mha_out = {id(m.out_proj) for m in model.modules() if isinstance(m, nn.MultiheadAttention)}
     layers = [(n, m, k) for n, m in model.named_modules() for k in [_kind(m)] if k]
-    last = layers[-1][0] if layers else None
     todo, skipped = [], []
     for name, mod, kind in layers:
         if kind == "lowbit":
@@ -120,8 +131,8 @@ def _plan(model: nn.Module, recipe: Recipe, filter, backend: str):
         if why is None:
             if filter is not None:
                 why = None if filter(name, mod) else "excluded by filter"
-            elif name.rsplit(".", 1)[-1] in HEAD_NAMES or name == last:
-                why = "output head (default filter: named " + "/".join(HEAD_NAMES) + " or the last Linear)"
+            elif name.rsplit(".", 1)[-1] in HEAD_NAMES:
+                why = "output head (default filter: named " + "/".join(HEAD_NAMES) + ")"
         if why:
             skipped.append((name, why))
         else:
@@ -135,7 +146,8 @@ def _set(model: nn.Module, name: str, new: nn.Module) -> None:
 
 
 def convert(model: nn.Module, fmt: str = "fp8", recipe: Optional[Recipe] = None,
-            filter: Optional[Callable[[str, nn.Module], bool]] = None, backend: str = "auto") -> nn.Module:
+            filter: Optional[Callable[[str, nn.Module], bool]] = None, backend: str = "auto", *,
+            module_filter_fn: Optional[Callable[[nn.Module, str], bool]] = None) -> nn.Module:
     """Swap the model's Linear layers for ``lowbit.nn`` ones (in place) and return the model.
 
     A bare ``nn.Linear`` passed as ``model`` cannot be swapped in place: use the returned module.
@@ -148,7 +160,7 @@ def convert(model: nn.Module, fmt: str = "fp8", recipe: Optional[Recipe] = None,
     if backend != "auto":
         from .kernels.registry import BACKENDS
         BACKENDS.get(backend)  # unknown name -> ValueError listing the registered ones
-    todo, skipped, layers = _plan(model, recipe, filter, backend)
+    todo, skipped, layers = _plan(model, recipe, _user_filter(filter, module_filter_fn), backend)
     fell_back: List[str] = []
     out = model
     for i, (name, mod, kind) in enumerate(todo):
