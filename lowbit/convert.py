@@ -34,6 +34,15 @@ What is skipped, with one warning listing every skipped layer and why:
   converted with another recipe (an error: ``unconvert`` first), and layers on a device no
   backend serves.
 
+Checkpoints: ``model.state_dict()`` holds the weights and the recipe state (``lowbit_state.*``:
+delayed amax histories, the NVFP4 stochastic-rounding step), so ``torch.save`` / ``load_state_dict``
+resume exactly. Hugging Face ``save_pretrained`` writes the weights only: convert adds the recipe
+state keys to ``_keys_to_ignore_on_save`` of every ``PreTrainedModel`` in ``model`` (HF's own
+hook; ``unconvert`` removes them), so the checkpoint loads into the plain model with no missing or
+unexpected keys. Loaded and converted again (``from_pretrained`` then ``convert``), the recipe
+state is primed again: fresh, as after any conversion (delayed scales from each tensor's first
+amax, ``Delayed.amax_init``). Convert the ``PreTrainedModel`` itself (or a module above it).
+
 Backends: ``backend`` names the GEMM backend ("auto", "torch", "triton" once registered). A named
 backend that cannot serve a layer's device falls back to "auto" (which ends at the exact "torch"
 emulation) with one warning: the documented fallback. Converting twice with the same recipe is
@@ -46,7 +55,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from torch import nn
 
-from .nn.linear import Linear, LowbitModule, TransposedLinear, is_hf_conv1d, is_state_key
+from .nn.linear import STATE_NAME, Linear, LowbitModule, TransposedLinear, is_hf_conv1d, is_state_key
 from .nn.spec import backend_problem, dtype_problem, shape_problem
 from .scaling.recipes import MX, NV, Blockwise, Current, Delayed, Recipe, Rowwise
 
@@ -140,6 +149,25 @@ def _plan(model: nn.Module, recipe: Recipe, filter, backend: str):
     return todo, skipped, layers
 
 
+def _hf_models(model: nn.Module):
+    """(prefix, module) of every Hugging Face ``PreTrainedModel`` in the tree (without importing it)."""
+    for name, mod in model.named_modules():
+        if any(c.__name__ == "PreTrainedModel" and c.__module__.startswith("transformers")
+               for c in type(mod).__mro__):
+            yield name, mod
+
+
+def _skip_state_in_save_pretrained(model: nn.Module) -> None:
+    """Sync each PreTrainedModel's ``_keys_to_ignore_on_save`` with its layers' recipe state keys."""
+    for _, hf in _hf_models(model):
+        keys = {k for k in (getattr(hf, "_keys_to_ignore_on_save", None) or ()) if not is_state_key(k)}
+        for name, mod in hf.named_modules():
+            if isinstance(mod, LowbitModule):
+                keys |= {f"{name}.{STATE_NAME}.{k}" if name else f"{STATE_NAME}.{k}"
+                         for k in mod.lowbit_state.state_dict()}
+        hf._keys_to_ignore_on_save = keys
+
+
 def _set(model: nn.Module, name: str, new: nn.Module) -> None:
     parent, _, leaf = name.rpartition(".")
     setattr(model.get_submodule(parent) if parent else model, leaf, new)
@@ -174,6 +202,7 @@ def convert(model: nn.Module, fmt: str = "fp8", recipe: Optional[Recipe] = None,
             _set(model, name, new)
         else:
             out = new
+    _skip_state_in_save_pretrained(out)
     if not layers:
         warnings.warn(f"lowbit.convert: {type(model).__name__} has no Linear layers; nothing converted",
                       stacklevel=2)
@@ -194,6 +223,7 @@ def unconvert(model: nn.Module) -> nn.Module:
     for name, mod in list(model.named_modules()):
         if name and isinstance(mod, LowbitModule):
             _set(model, name, mod.to_float())
+    _skip_state_in_save_pretrained(model)
     return model
 
 
