@@ -59,7 +59,8 @@ class FP8Tensor(LowbitTensor):
             if not isinstance(state, DelayedScalingState):
                 raise TypeError("Delayed scaling needs state=DelayedScalingState(recipe, fmt)")
             scale = state.scale.detach().clone()
-            state.update(block_amax(x, TENSOR) if amax is None else amax)
+            if x.numel():  # an empty tensor has no amax to record
+                state.update(block_amax(x, TENSOR) if amax is None else amax)
         else:
             scale = recipe.scales(x, role, amax)
         data = quantize(x, fmt, expand_scale(scale, x.shape, block))
