@@ -1,12 +1,21 @@
-"""The ``lowbit`` command: ``lowbit --version``, ``lowbit formats``; later issues add ``audit`` and ``demo``.
+"""The ``lowbit`` command: ``lowbit --version``, ``lowbit formats``, ``lowbit demo``, ``lowbit audit fma``.
 
 Each subcommand is a function ``_add_<name>(subparsers)`` that registers its parser and sets
-``func``; heavy imports happen inside the handler, never at import time.
+``func``; heavy imports happen inside the handler, never at import time. A bad command line is
+one line on stderr, ``lowbit <command>: error: <the bad value and the choices>``, and exit
+status 2 (argparse's ``SystemExit(2)``; no usage block: ``--help`` prints that).
 """
 from __future__ import annotations
 
 import argparse
 import sys
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (subcommand parsers are made of the same class)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _version() -> str:
@@ -85,7 +94,7 @@ def _add_audit(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lowbit", description="numerics-aware low-precision training")
+    parser = _Parser(prog="lowbit", description="numerics-aware low-precision training")
     parser.add_argument("--version", action="version", version=f"lowbit {_version()}")
     sub = parser.add_subparsers(dest="command")
     _add_formats(sub)

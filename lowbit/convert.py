@@ -21,15 +21,27 @@ tied weights elsewhere and meta-device models are untouched; no data is read).
 
 What is skipped, with one warning listing every skipped layer and why:
 
-* by the default filter (``filter=None``): the output head, i.e. every layer whose own name
-  (last dotted component) is one of ``HEAD_NAMES`` (``lm_head``, ``head``, ``classifier``,
-  ``output``, ``score``) and the last Linear of the model in registration order. A user
-  ``filter(name, module) -> bool`` replaces this rule (True converts);
+* by the default filter: the output head, i.e. every layer whose own name (last dotted
+  component) is one of ``HEAD_NAMES`` (``lm_head``, ``head``, ``classifier``, ``output``,
+  ``score``), and nothing by position (a bare ``nn.Linear`` or the last layer of an MLP converts).
+  A user filter replaces this rule (True converts): ``filter(name, module) -> bool``, or
+  torchao's ``module_filter_fn(module, fqn) -> bool`` (the same question, arguments in torchao's
+  order; give one of the two). A head that shares its weight with the embedding is skipped as
+  tied (below) whatever the filter says;
 * always: shapes the format can't take (``lowbit.nn.spec.shape_problem``), non-float or float64
   parameters, a weight shared with another module (tied), ``nn.MultiheadAttention``'s
   ``out_proj`` (its weight is read directly, the module's forward never runs), layers already
   converted with another recipe (an error: ``unconvert`` first), and layers on a device no
   backend serves.
+
+Checkpoints: ``model.state_dict()`` holds the weights and the recipe state (``lowbit_state.*``:
+delayed amax histories, the NVFP4 stochastic-rounding step), so ``torch.save`` / ``load_state_dict``
+resume exactly. Hugging Face ``save_pretrained`` writes the weights only: convert adds the recipe
+state keys to ``_keys_to_ignore_on_save`` of every ``PreTrainedModel`` in ``model`` (HF's own
+hook; ``unconvert`` removes them), so the checkpoint loads into the plain model with no missing or
+unexpected keys. Loaded and converted again (``from_pretrained`` then ``convert``), the recipe
+state is primed again: fresh, as after any conversion (delayed scales from each tensor's first
+amax, ``Delayed.amax_init``). Convert the ``PreTrainedModel`` itself (or a module above it).
 
 Backends: ``backend`` names the GEMM backend ("auto", "torch", "triton" once registered). A named
 backend that cannot serve a layer's device falls back to "auto" (which ends at the exact "torch"
@@ -43,7 +55,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from torch import nn
 
-from .nn.linear import Linear, LowbitModule, TransposedLinear, is_hf_conv1d, is_state_key
+from .nn.linear import STATE_NAME, Linear, LowbitModule, TransposedLinear, is_hf_conv1d, is_state_key
 from .nn.spec import backend_problem, dtype_problem, shape_problem
 from .scaling.recipes import MX, NV, Blockwise, Current, Delayed, Recipe, Rowwise
 
@@ -97,6 +109,15 @@ def _structural_problem(mod: nn.Module, kind: str, shared: set, mha_out: set) ->
     return dtype_problem(mod.weight)
 
 
+def _user_filter(filter, module_filter_fn) -> Optional[Callable[[str, nn.Module], bool]]:
+    """The user's filter as ``(name, module) -> bool``, from either keyword (not both)."""
+    if filter is not None and module_filter_fn is not None:
+        raise TypeError("convert takes filter=(name, module) or torchao's module_filter_fn=(module, fqn), not both")
+    if module_filter_fn is not None:
+        return lambda name, mod: module_filter_fn(mod, name)
+    return filter
+
+
 def _plan(model: nn.Module, recipe: Recipe, filter, backend: str):
     """(to convert: [(name, module, kind)], skipped: [(name, why)])."""
     counts: Dict[int, int] = {}
@@ -105,7 +126,6 @@ def _plan(model: nn.Module, recipe: Recipe, filter, backend: str):
     shared = {i for i, c in counts.items() if c > 1}
     mha_out = {id(m.out_proj) for m in model.modules() if isinstance(m, nn.MultiheadAttention)}
     layers = [(n, m, k) for n, m in model.named_modules() for k in [_kind(m)] if k]
-    last = layers[-1][0] if layers else None
     todo, skipped = [], []
     for name, mod, kind in layers:
         if kind == "lowbit":
@@ -120,13 +140,32 @@ def _plan(model: nn.Module, recipe: Recipe, filter, backend: str):
         if why is None:
             if filter is not None:
                 why = None if filter(name, mod) else "excluded by filter"
-            elif name.rsplit(".", 1)[-1] in HEAD_NAMES or name == last:
-                why = "output head (default filter: named " + "/".join(HEAD_NAMES) + " or the last Linear)"
+            elif name.rsplit(".", 1)[-1] in HEAD_NAMES:
+                why = "output head (default filter: named " + "/".join(HEAD_NAMES) + ")"
         if why:
             skipped.append((name, why))
         else:
             todo.append((name, mod, kind))
     return todo, skipped, layers
+
+
+def _hf_models(model: nn.Module):
+    """(prefix, module) of every Hugging Face ``PreTrainedModel`` in the tree (without importing it)."""
+    for name, mod in model.named_modules():
+        if any(c.__name__ == "PreTrainedModel" and c.__module__.startswith("transformers")
+               for c in type(mod).__mro__):
+            yield name, mod
+
+
+def _skip_state_in_save_pretrained(model: nn.Module) -> None:
+    """Sync each PreTrainedModel's ``_keys_to_ignore_on_save`` with its layers' recipe state keys."""
+    for _, hf in _hf_models(model):
+        keys = {k for k in (getattr(hf, "_keys_to_ignore_on_save", None) or ()) if not is_state_key(k)}
+        for name, mod in hf.named_modules():
+            if isinstance(mod, LowbitModule):
+                keys |= {f"{name}.{STATE_NAME}.{k}" if name else f"{STATE_NAME}.{k}"
+                         for k in mod.lowbit_state.state_dict()}
+        hf._keys_to_ignore_on_save = keys
 
 
 def _set(model: nn.Module, name: str, new: nn.Module) -> None:
@@ -135,7 +174,8 @@ def _set(model: nn.Module, name: str, new: nn.Module) -> None:
 
 
 def convert(model: nn.Module, fmt: str = "fp8", recipe: Optional[Recipe] = None,
-            filter: Optional[Callable[[str, nn.Module], bool]] = None, backend: str = "auto") -> nn.Module:
+            filter: Optional[Callable[[str, nn.Module], bool]] = None, backend: str = "auto", *,
+            module_filter_fn: Optional[Callable[[nn.Module, str], bool]] = None) -> nn.Module:
     """Swap the model's Linear layers for ``lowbit.nn`` ones (in place) and return the model.
 
     A bare ``nn.Linear`` passed as ``model`` cannot be swapped in place: use the returned module.
@@ -148,7 +188,7 @@ def convert(model: nn.Module, fmt: str = "fp8", recipe: Optional[Recipe] = None,
     if backend != "auto":
         from .kernels.registry import BACKENDS
         BACKENDS.get(backend)  # unknown name -> ValueError listing the registered ones
-    todo, skipped, layers = _plan(model, recipe, filter, backend)
+    todo, skipped, layers = _plan(model, recipe, _user_filter(filter, module_filter_fn), backend)
     fell_back: List[str] = []
     out = model
     for i, (name, mod, kind) in enumerate(todo):
@@ -162,6 +202,7 @@ def convert(model: nn.Module, fmt: str = "fp8", recipe: Optional[Recipe] = None,
             _set(model, name, new)
         else:
             out = new
+    _skip_state_in_save_pretrained(out)
     if not layers:
         warnings.warn(f"lowbit.convert: {type(model).__name__} has no Linear layers; nothing converted",
                       stacklevel=2)
@@ -182,6 +223,7 @@ def unconvert(model: nn.Module) -> nn.Module:
     for name, mod in list(model.named_modules()):
         if name and isinstance(mod, LowbitModule):
             _set(model, name, mod.to_float())
+    _skip_state_in_save_pretrained(model)
     return model
 
 

@@ -1,4 +1,4 @@
-"""Delayed scaling: amax history as module buffers (DESIGN.md "Delayed scaling").
+"""Delayed scaling: amax history as module buffers (docs/design.md "Conventions", delayed scaling).
 
 ``update(amax)`` shifts amax into ``history[0]``; ``scale = A / fmax * 2^margin`` with ``A`` the
 history max (or newest); a zero or non-finite amax never replaces a good scale; the state

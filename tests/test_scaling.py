@@ -1,4 +1,4 @@
-"""Scale rules of every recipe against an independent exact computation (DESIGN.md "Conventions").
+"""Scale rules of every recipe against an independent exact computation (docs/design.md "Conventions").
 
 The references here use exact rationals (``fractions.Fraction``) and ``oracle.round_to_format``
 only, never lowbit's torch code:

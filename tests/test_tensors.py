@@ -108,3 +108,32 @@ def test_constructor_checks_payload_dtypes():
     with pytest.raises(TypeError, match="float8_e4m3fn"):
         FP4Tensor(torch.zeros(2, 2, dtype=torch.uint8), torch.ones(1, 1), torch.ones(()),
                   quantized("nv-1x16").block, kind="nv")
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("transpose", [False, True])
+def test_public_accessors_are_what_dequantize_uses_and_read_only(name, transpose):
+    """``qdata`` / ``scale`` (and FP4's ``global_scale``, ``transposed``): the payload as stored,
+    copies: writing into them, or assigning them, leaves the tensor as it was."""
+    from lowbit.dtypes.quantize import unpack_fp4
+    q = quantized(name)
+    q = q.t() if transpose else q
+    want = q.dequantize(torch.float64)
+    if isinstance(q, FP8Tensor):
+        assert q.qdata.shape == q.shape and q.qdata.dtype == q.fmt.torch_dtype
+        s = expand_scale(q.scale.to(torch.float64), q.shape, q.block)
+        got = q.qdata.to(torch.float64) * s
+        names = ("qdata", "scale")
+    else:
+        assert q.qdata.dtype == torch.uint8 and q.transposed == transpose
+        stored = q.block.t() if q.transposed else q.block  # qdata / scale: the orientation quantized
+        vals = E2M1.decode(unpack_fp4(q.qdata)).to(torch.float64)
+        got = vals * expand_scale(q.scale.to(torch.float64), vals.shape, stored) * q.global_scale.to(torch.float64)
+        got = got.t() if q.transposed else got
+        names = ("qdata", "scale", "global_scale")
+    assert torch.equal(got, want)
+    for n in names:
+        getattr(q, n).untyped_storage().fill_(0x41)  # every byte of what the accessor returned
+        with pytest.raises(AttributeError):
+            setattr(q, n, getattr(q, n))
+    assert torch.equal(q.dequantize(torch.float64), want)

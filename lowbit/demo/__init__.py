@@ -1,5 +1,6 @@
-"""``lowbit demo``: a small byte-level GPT trained on Python's own standard library sources, in bf16
-and in low-precision formats with the same seed and data order, compared in a table and a PNG.
+"""``lowbit demo``: a small byte-level GPT trained on Python's own standard library sources, in a
+baseline (bf16 on CUDA, fp32 on the CPU) and in low-precision formats with the same seed and data
+order, compared in a table and a PNG.
 
 ``corpus`` (the text), ``model`` (the GPT and its sizes), ``train`` (one run per format),
 ``report`` (table, JSON-ready rows, PNG of the loss curves).

@@ -1,9 +1,12 @@
 """Demo report: the comparison table and a PNG of the loss curves.
 
 ``table(result)`` -> text (format, final loss, gap to the baseline in %, held-out loss, tokens/s,
-peak memory). Over several seeds: the mean final loss +- the seeds' sample standard deviation, and
-the gap +- its standard error from the paired per-seed differences ``d_s = final_s - base_s`` (seed
-``s`` gives both runs the same initial weights and batches): ``100 std(d) / sqrt(n) / mean_base``. ``plot(result, path)`` writes the PNG with matplotlib when it is installed;
+peak memory). From one seed the gap is shown to the whole percent: runs of one format from two
+seeds differ by about that much (``train``'s docstring), so more digits would be noise. Over
+several seeds: the mean final loss +- the seeds' sample standard deviation, and the gap to 0.01%
++- its standard error from the paired per-seed differences ``d_s = final_s - base_s`` (seed ``s``
+gives both runs the same initial weights and batches): ``100 std(d) / sqrt(n) / mean_base``.
+``plot(result, path)`` writes the PNG with matplotlib when it is installed;
 otherwise with a small built-in rasterizer (``zlib`` + the PNG chunk format: axes, one coloured
 polyline per run of its moving-average loss, a colour key in the legend strip, no text).
 Returns which writer was used.
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import List
+from typing import List, Optional
 
 __all__ = ["table", "plot", "smooth", "paired_se_pct"]
 
@@ -47,6 +50,12 @@ def _fmt(v, spec):
     return "-" if v is None else format(v, spec)
 
 
+def _gap(gap, one_seed: bool) -> str:
+    if gap is None:
+        return "-"
+    return f"{round(gap):+d}%" if one_seed else f"{gap:+.2f}%"
+
+
 def table(result: dict) -> str:
     runs = result["runs"]
     base = result["config"].get("baseline", "bf16")
@@ -58,7 +67,7 @@ def table(result: dict) -> str:
             rows.append((r["format"], "-", "-", "-", "-", "-", r["error"][:60]))
             continue
         gap, final = r.get("gap_pct"), _fmt(r["final_loss"], ".4f")
-        gap_s = "-" if r["format"] == base else _fmt(gap, "+.2f") + "%"
+        gap_s = "-" if r["format"] == base else _gap(gap, r.get("final_std") is None)
         if r.get("final_std") is not None:
             final += f" +-{r['final_std']:.4f}"
             se = paired_se_pct(r, b)
@@ -71,15 +80,19 @@ def table(result: dict) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(x, widths)) for x in rows]
     c = result["config"]
-    seeds = f"; mean of {c['seeds']} seeds" if c.get("seeds", 1) > 1 else ""
-    lines.append(f"({c['size']} GPT, {c['steps']} steps x {c['batch']}x{c['seq_len']} tokens on {c['device']}; "
-                 f"final loss = mean training loss over the last 10% of steps{seeds})")
+    seeds = (f"; mean of {c['seeds']} seeds" if c.get("seeds", 1) > 1 else
+             "; one seed: gaps to the whole percent, the spread between seeds (--seeds N adds an error bar)")
+    lines.append(f"({c['size']} GPT, {c['steps']} steps x {c['batch']}x{c['seq_len']} tokens on {c['device']}, "
+                 f"baseline {base}; final loss = mean training loss over the last 10% of steps{seeds})")
     return "\n".join(lines)
 
 
-def plot(result: dict, path: str) -> str:
-    """Write the loss curves to ``path`` (PNG); returns "matplotlib" or "builtin"."""
+def plot(result: dict, path: str) -> Optional[str]:
+    """Write the loss curves to ``path`` (PNG); returns "matplotlib" or "builtin", or None (and
+    writes nothing) when no run has a loss curve."""
     runs = [r for r in result["runs"] if r.get("losses")]
+    if not runs:
+        return None
     try:
         import matplotlib
         matplotlib.use("Agg")

@@ -38,12 +38,48 @@ from .corpus import load_corpus, split
 from .model import GPT, SIZES
 from .step import TrainStep, make_optimizer, set_lr
 
-__all__ = ["DemoConfig", "run_demo", "train_one", "DEFAULT_STEPS", "DEFAULT_BATCH"]
+__all__ = ["DemoConfig", "run_demo", "train_one", "check_formats", "check_device", "DEFAULT_STEPS",
+           "DEFAULT_BATCH", "BASELINES"]
 
 DEFAULT_STEPS = {"tiny": 150, "small": 400, "50m": 1000}
 DEFAULT_BATCH = {"tiny": 16, "small": 32, "50m": 32}
 DEFAULT_LR = {"tiny": 3e-3, "small": 2e-3, "50m": 1e-3}
 DEFAULT_CORPUS = {"tiny": 2_000_000, "small": 4_000_000, "50m": 16_000_000}  # 50m: all (~11 MB) of it
+BASELINES = ("bf16", "fp32")
+
+
+def check_formats(names: Sequence[str]) -> tuple:
+    """The format names to compare (blanks dropped); ValueError naming unknown ones and the choices."""
+    from ..convert import FORMATS
+    names = tuple(f.strip() for f in names if f.strip())
+    bad = [f for f in names if f not in FORMATS and f not in BASELINES]
+    if bad:
+        raise ValueError(f"unknown format {', '.join(map(repr, bad))}; choose from {', '.join(FORMATS)} "
+                         "(comma-separated)")
+    return names
+
+
+def _cuda_choices() -> str:
+    return "cpu, cuda, cuda:N" if torch.cuda.is_available() else "cpu (this machine has no CUDA)"
+
+
+def check_device(name: Optional[str]) -> str:
+    """The device to train on: ``name`` (``cpu``, ``cuda``, ``cuda:N``) when this machine has it;
+    None: cuda if available, else cpu. ValueError naming the device and the choices."""
+    if name is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"{name!r} is not a device; choose from {_cuda_choices()}") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name!r}: the demo trains on cpu or cuda; choose from {_cuda_choices()}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{name!r}: CUDA is not available on this machine; choose from cpu")
+    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"{name!r}: this machine has {torch.cuda.device_count()} CUDA device(s); "
+                         f"choose from {_cuda_choices()}")
+    return name
 
 
 @dataclass
@@ -67,14 +103,14 @@ class DemoConfig:
     def resolved(self) -> "DemoConfig":
         if self.size not in SIZES:
             raise ValueError(f"unknown size {self.size!r}; choose one of {sorted(SIZES)}")
-        from ..convert import FORMATS
-        bad = [f for f in self.formats if f not in FORMATS and f not in ("bf16", "fp32")]
-        if bad:
-            raise ValueError(f"unknown format(s) {bad}; choose from {sorted(FORMATS)}")
-        dev = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        check_formats(self.formats)
+        dev = check_device(self.device)
         base = self.baseline or ("bf16" if torch.device(dev).type == "cuda" else "fp32")
-        if base not in ("bf16", "fp32"):
+        if base not in BASELINES:
             raise ValueError(f"baseline must be 'bf16' or 'fp32', got {base!r}")
+        if self.backend != "auto":
+            from ..kernels.registry import BACKENDS
+            BACKENDS.get(self.backend)  # unknown name -> ValueError listing the registered ones
         return DemoConfig(tuple(self.formats), self.size, self.steps or DEFAULT_STEPS[self.size],
                           self.batch or DEFAULT_BATCH[self.size], self.lr or DEFAULT_LR[self.size], self.seed, dev,
                           self.corpus_bytes or DEFAULT_CORPUS[self.size],

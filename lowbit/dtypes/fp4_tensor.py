@@ -7,6 +7,13 @@ is block-shaped (``float8_e8m0fnu`` for MX, ``float8_e4m3fn`` holding UE4M3 for 
 ``t()`` flips a ``transposed`` flag (no repacking, no requantization): the packed dim is then the
 logical dim -2, which is what a GEMM's B operand wants (K along rows).
 
+Public read-only accessors (torchao's names; its NVFP4Tensor calls the global scale
+``per_tensor_scale``): ``qdata``, ``scale`` and ``global_scale`` as stored, in the orientation the
+tensor was quantized in, and ``transposed``, whether the logical tensor is the transpose of that:
+``dequantize()`` is ``e2m1(unpack(qdata)) * expand(scale) * global_scale``, transposed back if
+``transposed``. ``codes()`` and ``block_scale_fp32()`` give the logical orientation. All are copies:
+writing into one cannot change the tensor (the kernels read the private fields).
+
 C must be even (one byte holds two elements); a partial last block is zero-padded.
 NaN: E2M1 has no NaN, so a block holding NaN gets a NaN scale and dequantizes to NaN.
 """
@@ -102,6 +109,26 @@ class FP4Tensor(LowbitTensor):
     def block(self) -> Block:
         """Block of the logical (possibly transposed) tensor."""
         return self._block.t() if self._transposed else self._block
+
+    @property
+    def qdata(self) -> torch.Tensor:
+        """The packed E2M1 codes, uint8 ``(*lead, R, C/2)`` in the stored orientation; a copy."""
+        return self._qdata.clone()
+
+    @property
+    def scale(self) -> torch.Tensor:
+        """The block scales as stored (float8_e8m0fnu for MX, float8_e4m3fn holding UE4M3 for NV); a copy."""
+        return self._scale.clone()
+
+    @property
+    def global_scale(self) -> torch.Tensor:
+        """The fp32 tensor scale (NV; 1 for MX); a copy."""
+        return self._global_scale.clone()
+
+    @property
+    def transposed(self) -> bool:
+        """Whether the logical tensor is the transpose of the stored one (after ``t()``)."""
+        return self._transposed
 
     def codes(self) -> torch.Tensor:
         """Unpacked E2M1 codes in the logical orientation."""

@@ -4,6 +4,11 @@
 (``(R, 1)``) and 1x128 / 128x128 blocks; E8M0 (``torch.float8_e8m0fnu``) for MX-32 blocks. The
 block layout is ``Block`` over the last two (logical) dims; ``t()`` swaps data, scale and block
 (no requantization, exact).
+
+Public read-only accessors (the names of torchao's newer quantized tensors): ``qdata``, the FP8
+codes in the logical shape, and ``scale``, the scales as stored (fp32 or E8M0, block-shaped);
+``dequantize()`` is ``qdata.float() * expand(scale)``. Both are copies: writing into one cannot
+change the tensor (the kernels read the private fields).
 """
 from __future__ import annotations
 
@@ -59,7 +64,8 @@ class FP8Tensor(LowbitTensor):
             if not isinstance(state, DelayedScalingState):
                 raise TypeError("Delayed scaling needs state=DelayedScalingState(recipe, fmt)")
             scale = state.scale.detach().clone()
-            state.update(block_amax(x, TENSOR) if amax is None else amax)
+            if x.numel():  # an empty tensor has no amax to record
+                state.update(block_amax(x, TENSOR) if amax is None else amax)
         else:
             scale = recipe.scales(x, role, amax)
         data = quantize(x, fmt, expand_scale(scale, x.shape, block))
@@ -75,6 +81,16 @@ class FP8Tensor(LowbitTensor):
     @property
     def block(self) -> Block:
         return self._block
+
+    @property
+    def qdata(self) -> torch.Tensor:
+        """The FP8 codes (float8_e4m3fn / float8_e5m2), logical shape; a copy."""
+        return self._data.clone()
+
+    @property
+    def scale(self) -> torch.Tensor:
+        """The dequantization scales as stored (fp32, float8_e8m0fnu for MX), block-shaped; a copy."""
+        return self._scale.clone()
 
     def scale_fp32(self) -> torch.Tensor:
         return self._scale.to(torch.float32)

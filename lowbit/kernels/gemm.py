@@ -1,7 +1,7 @@
 """Scaled FP8 GEMMs in Triton: ``C = (qA * sA) @ (qB * sB) (+ bias)``, fp32 accumulation.
 
 A is ``(M, K)``, B is ``(K, N)`` (``B = weight.t()``: its storage is the K-major ``(N, K)`` weight).
-Scales are dequantization factors (DESIGN.md). Each operand's scale is constant over a block of
+Scales are dequantization factors (docs/design.md). Each operand's scale is constant over a block of
 ``rows x k`` (A) or ``k x cols`` (B) elements, which covers every FP8 recipe:
 
 =====================  ===========================  =============================================

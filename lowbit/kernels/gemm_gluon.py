@@ -1,7 +1,7 @@
 """Promoting FP8 scaled GEMM for Hopper (sm_90a) in Gluon: ``C = (qA sA) @ (qB sB) (+ bias)``.
 
 Math. ``qA`` (M, K) and ``qB`` (K, N) hold FP8 codes, E4M3 or E5M2 in any mix (``qB`` is the
-K-major (N, K) weight seen transposed), scales are dequantization factors (DESIGN.md). K is cut into 128-wide chunks
+K-major (N, K) weight seen transposed), scales are dequantization factors (docs/design.md). K is cut into 128-wide chunks
 ``c``; each chunk's product ``P_c = qA[:, c] @ qB[c, :]`` runs on the tensor cores starting from
 zero (``use_acc=False``) and is then *promoted*: added to an fp32 register accumulator on the CUDA
 cores:

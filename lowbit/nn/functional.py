@@ -103,10 +103,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
     else:
         tensors = state.tensors()
         cold = state.cold_start()
-        # the grad is primed by the backward of this step, which runs only if autograd records it
+        # the grad is primed by the backward of this step, which runs only if autograd records it;
+        # an empty batch primes neither the input nor the grad (it has no amax)
         records = torch.is_grad_enabled() and (x2.requires_grad or weight.requires_grad
                                                or (bias is not None and bias.requires_grad))
-        cold = (cold[0], cold[1], cold[2] and records)
+        tokens = x2.shape[0] > 0
+        cold = (cold[0] and tokens, cold[1], cold[2] and records and tokens)
         y = _FP8Linear.apply(x2, weight, bias, state.recipe_key, backend, cold, len(tensors), *tensors)
         state.mark_primed(cold)
     return y.reshape(*lead, y.shape[-1])

@@ -16,8 +16,9 @@ drops the missing ``lowbit_state`` keys from the report and the recipe state kee
 ``plain.load_state_dict(lowbit.plain_state_dict(sd))`` (or ``strict=False``, which reports the
 recipe keys as unexpected and ignores them).
 
-Delayed scaling starts from ``scale = 1`` (empty history), as TransformerEngine does: the first
-step of a fresh layer quantizes with it, later steps with the history.
+Delayed scaling: the first step of a fresh layer casts each tensor with the scale of its own amax
+(``Delayed.amax_init=True``, the default, torchao's ``enable_amax_init``), later steps with the
+amax history; ``Delayed(amax_init=False)`` starts from ``scale = 1``, as TransformerEngine does.
 """
 from __future__ import annotations
 

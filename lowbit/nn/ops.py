@@ -77,12 +77,16 @@ def _fake_mode(*ts) -> bool:
     return any(isinstance(t, FakeTensor) or (isinstance(t, T) and t.device.type == "meta") for t in ts)
 
 
+def _backend(backend: str, *ts) -> str:
+    """The backend of one op call: the torch emulation for shape propagation and for an empty
+    operand (no tokens: nothing to compute, and no K of 0 reaches a Triton GEMM), else ``backend``."""
+    return "torch" if _fake_mode(*ts) or any(t.numel() == 0 for t in ts) else backend
+
+
 # ---- FP8 -------------------------------------------------------------------------------------
 def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, need_wt, prime_x=False, prime_w=False):
     recipe = decode(recipe_s)
-    fake = _fake_mode(x, w)
-    if fake:
-        backend = "torch"
+    fake, backend = _fake_mode(x, w), _backend(backend, x, w)
     st_x, st_w = _states(recipe, state, ("input", "weight"), (prime_x, prime_w), (x, w), fake)
     if need_xt:
         qx, qx_t = quantize_fp8_t(x, recipe, "input", st_x, backend)
@@ -112,9 +116,7 @@ fp8_linear_fwd.register_fake(_fp8_fwd)
 def _fp8_bwd(g, xt_data, xt_scale, wt_data, wt_scale, state, recipe_s, backend, x_dtype, w_dtype,
              need_dx, need_dw, prime_g=False):
     recipe = decode(recipe_s)
-    fake = _fake_mode(g)
-    if fake:
-        backend = "torch"
+    fake, backend = _fake_mode(g), _backend(backend, g)
     (st_g,) = _states(recipe, state, ("grad",), (prime_g,), (g,), fake)
     qg, qg_t = quantize_fp8_t(g, recipe, "grad", st_g, backend)
     dx = dw = _empty(g)
@@ -156,8 +158,7 @@ def sr_generator(device: torch.device, seed: int, step: int) -> torch.Generator:
 
 def _fp4_fwd(x, w, bias, signs, recipe_s, backend, need_xt, need_wt):
     recipe = decode(recipe_s)
-    if _fake_mode(x, w):
-        backend = "torch"
+    backend = _backend(backend, x, w)
     qx = quantize_fp4(x, recipe, "input", backend=backend)
     qw = quantize_fp4(w, recipe, "weight", backend=backend)
     y = scaled_mm(qx, qw.t(), x.dtype, bias, backend)
@@ -191,9 +192,7 @@ def _fp4_operand(q, s, g, recipe, role, dtype) -> FP4Tensor:
 def _fp4_bwd(g, xq, xs, xg, wq, ws, wg, signs, step, seed, recipe_s, backend, x_dtype, w_dtype,
              need_dx, need_dw):
     recipe = decode(recipe_s)
-    fake = _fake_mode(g)
-    if fake:
-        backend = "torch"
+    fake, backend = _fake_mode(g), _backend(backend, g)
     gen = None
     if isinstance(recipe, NV) and recipe.sr_grads and not fake:
         gen = sr_generator(g.device, seed, int(step.item()))

@@ -3,8 +3,10 @@
 ``update(amax)`` (tensor ops only, no host sync) shifts ``amax`` into ``amax_history[0]`` and sets
 ``scale = A / fmax * 2^margin`` with ``A = max(history)`` or ``history[0]``. A non-finite amax is
 recorded as 0, and an ``A`` of 0 keeps the previous scale: a zero or non-finite amax never
-replaces a good scale. The buffers are saved in the state_dict; across data-parallel ranks the
-history is reduced with all-reduce(MAX) by ``sync`` (a no-op without an initialised process group).
+replaces a good scale. An empty tensor records nothing (``FP8Tensor.from_float`` skips the
+update, ``prime`` does not prime): no amax was observed. The buffers are saved in the state_dict;
+across data-parallel ranks the history is reduced with all-reduce(MAX) by ``sync`` (a no-op
+without an initialised process group).
 
 Cold start (``recipe.amax_init``): ``prime(x)`` sets ``scale = amax(x) / fmax * 2^margin`` (same
 rule, x's own finite amax) before the first cast, once. ``primed`` is a plain Python bool, not a
@@ -57,8 +59,9 @@ class DelayedScalingState(nn.Module):
 
     @torch.no_grad()
     def prime(self, x: torch.Tensor) -> None:
-        """Before the first cast: the scale from x's own finite amax (no-op once primed)."""
-        if self.primed:
+        """Before the first cast: the scale from x's own finite amax (no-op once primed, and for an
+        empty x: it stays unprimed)."""
+        if self.primed or x.numel() == 0:
             return
         self._scale_from(block_amax(x.detach(), TENSOR).to(device=self.scale.device, dtype=torch.float32))
         self.primed = True

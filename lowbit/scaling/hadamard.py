@@ -4,10 +4,12 @@
 random +-1 vector; ``Q Q^T = I``, so ``(A Q)(B Q)^T = A B^T``: transforming both operands of a
 GEMM along its contraction dim leaves the product unchanged while spreading outliers over 16
 elements before FP4 quantization. ``hadamard16(x, signs)`` transforms the last dim in blocks of
-16 (it must divide by 16) in fp32, in a fixed order: signs (exact), the butterfly
-``(a, b) -> (a + b, a - b)`` at strides 1, 2, 4, 8, then ``* 0.25`` (exact).
+16 (it must divide by 16; 0 is fine, and so is an empty tensor) in fp32, in a fixed order: signs
+(exact), the butterfly ``(a, b) -> (a + b, a - b)`` at strides 1, 2, 4, 8, then ``* 0.25`` (exact).
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -29,7 +31,8 @@ def hadamard16(x: torch.Tensor, signs: torch.Tensor) -> torch.Tensor:
     if x.shape[-1] % 16:
         raise ValueError(f"hadamard16 needs the last dim divisible by 16, got {tuple(x.shape)}")
     shape = x.shape
-    y = x.to(torch.float32).reshape(-1, shape[-1] // 16, 16) * signs.to(x.device)
+    rows = math.prod(shape[:-1])  # not -1: ambiguous for an empty tensor
+    y = x.to(torch.float32).reshape(rows, shape[-1] // 16, 16) * signs.to(x.device)
     h = 1
     while h < 16:
         y = y.reshape(y.shape[0], y.shape[1], 16 // (2 * h), 2, h)

@@ -99,3 +99,46 @@ def test_whole_model_pickle_roundtrip(tmp_path):
     back = torch.load(tmp_path / "m.pt", weights_only=False)
     x = torch.randn(4, 32)
     assert torch.equal(back(x), conv(x))
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "nvfp4"])
+def test_hf_save_pretrained_is_a_plain_checkpoint_and_loads_back_primed_again(tmp_path, fmt):
+    transformers = pytest.importorskip("transformers", reason="a test dependency (pip install -e .[test])")
+    from lowbit.nn.linear import is_state_key
+    cfg = transformers.LlamaConfig(vocab_size=48, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
+    ids = torch.randint(0, 48, (2, 8), generator=torch.Generator().manual_seed(0))
+
+    def step(m):
+        m.zero_grad()
+        loss = m(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in m.parameters()]
+
+    def converted(m):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # lm_head stays in high precision
+            return lowbit.convert(m, fmt)
+
+    torch.manual_seed(0)
+    conv = converted(transformers.LlamaForCausalLM(cfg))
+    step(conv)  # the recipe state is no longer fresh
+    sd = conv.state_dict()
+    assert any(is_state_key(k) for k in sd)  # torch.save of the state_dict keeps the recipe state
+    conv.save_pretrained(tmp_path)
+    plain, info = transformers.LlamaForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    weights = lowbit.plain_state_dict(sd)
+    assert set(plain.state_dict()) == set(weights)
+    assert all(torch.equal(plain.state_dict()[k], v) for k, v in weights.items())
+    # back into a converted model: the same weights, the recipe state primed again (fresh): its first
+    # step is that of a model converted from the plain checkpoint, bit for bit
+    back = converted(transformers.LlamaForCausalLM.from_pretrained(tmp_path))
+    assert all(torch.equal(back.state_dict()[k], v) for k, v in weights.items())
+    fresh = converted(plain)
+    assert all(torch.equal(back.state_dict()[k], v) if torch.is_tensor(v) else back.state_dict()[k] == v
+               for k, v in fresh.state_dict().items())
+    (l1, g1), (l2, g2) = step(back), step(fresh)
+    assert torch.equal(l1, l2) and all(torch.equal(a, b) for a, b in zip(g1, g2))
+    lowbit.unconvert(conv)
+    assert not any(is_state_key(k) for k in conv._keys_to_ignore_on_save)

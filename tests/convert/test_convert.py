@@ -79,18 +79,45 @@ def test_every_format_converts_trains_and_skips_with_one_warning(fmt):
     assert losses[-1] < losses[0]
 
 
-def test_default_head_rule_and_custom_filter():
-    m = nn.Sequential(nn.Linear(32, 32), nn.Linear(32, 32), nn.Linear(32, 32))
-    m, msgs = _convert(m, "fp8-current")
-    assert _converted(m) == ["0", "1"] and "2: output head" in msgs[0]  # the last Linear
+def test_default_filter_skips_heads_by_name_and_tied_weights_nothing_by_position():
+    one, msgs = _convert(nn.Linear(64, 64), "fp8-current")
+    assert isinstance(one, Linear) and msgs == []  # a bare Linear converts
+    mlp, msgs = _convert(nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32), nn.Linear(32, 32)), "fp8")
+    assert _converted(mlp) == ["0", "2", "3"] and msgs == []  # the last layer too
     for head in HEAD_NAMES:
         net = nn.Module()
+        net.add_module("body", nn.Linear(32, 32))
         net.add_module(head, nn.Linear(32, 32))
         net.add_module("after", nn.Linear(32, 32))
-        net, _ = _convert(net, "fp8-current")
-        assert _converted(net) == []  # the named head and the last Linear
-    m2, msgs = _convert(nn.Sequential(nn.Linear(32, 32), nn.Linear(32, 32)), "fp8", filter=lambda n, mod: n != "0")
-    assert _converted(m2) == ["1"] and "0: excluded by filter" in msgs[0]
+        net, msgs = _convert(net, "fp8-current")
+        assert _converted(net) == ["after", "body"] and f"{head}: output head" in msgs[0]
+    tied = nn.Module()
+    tied.emb, tied.proj, tied.out = nn.Embedding(32, 32), nn.Linear(32, 32), nn.Linear(32, 32, bias=False)
+    tied.out.weight = tied.emb.weight
+    tied, msgs = _convert(tied, "fp8")
+    assert _converted(tied) == ["proj"] and "out: weight is shared with another module (tied)" in msgs[0]
+
+
+def test_filter_and_torchao_module_filter_fn():
+    def seq():
+        return nn.Sequential(nn.Linear(32, 32), nn.Linear(32, 32), nn.Linear(32, 32))
+    m, msgs = _convert(seq(), "fp8", filter=lambda n, mod: n != "0")
+    assert _converted(m) == ["1", "2"] and "0: excluded by filter" in msgs[0]
+    seen = []
+
+    def fn(mod, fqn):  # torchao's argument order: (module, fully qualified name)
+        seen.append((type(mod), fqn))
+        return fqn != "1"
+    m, msgs = _convert(seq(), "fp8", module_filter_fn=fn)
+    assert _converted(m) == ["0", "2"] and "1: excluded by filter" in msgs[0]
+    assert seen == [(nn.Linear, "0"), (nn.Linear, "1"), (nn.Linear, "2")]
+    # a user filter replaces the head rule: it may convert a layer named lm_head
+    net = nn.Module()
+    net.lm_head = nn.Linear(32, 32)
+    net, _ = _convert(net, "fp8", module_filter_fn=lambda mod, fqn: True)
+    assert _converted(net) == ["lm_head"]
+    with pytest.raises(TypeError, match="filter=.*module_filter_fn=.*not both"):
+        lowbit.convert(seq(), "fp8", filter=lambda n, mod: True, module_filter_fn=lambda mod, n: True)
 
 
 def test_no_linear_layers_warns_and_leaves_model_unchanged():
@@ -118,14 +145,13 @@ def test_nonfloat_tied_mha_and_subclass_layers_are_skipped_with_reasons():
             self.custom = Custom(32, 32)
             self.f64 = nn.Linear(32, 32).double()
             self.ok = nn.Linear(32, 32)
-            self.last = nn.Linear(32, 32)
 
     m, msgs = _convert(M(), "fp8")
     assert _converted(m) == ["ok"]
     msg = msgs[0]
     for part in ("q: parameters are torch.int8, not floating point", "tied: weight is shared",
                  "attn.out_proj: nn.MultiheadAttention reads this weight", "custom: Custom overrides",
-                 "f64: parameters are torch.float64", "last: output head"):
+                 "f64: parameters are torch.float64"):
         assert part in msg, part
 
 
@@ -135,14 +161,14 @@ def test_idempotent_same_recipe_error_other_recipe_and_unconvert():
     m, _ = _convert(m, "fp8")
     first = m[0]
     m, _ = _convert(m, "fp8")
-    assert m[0] is first and _converted(m) == ["0", "1"]
+    assert m[0] is first and _converted(m) == ["0", "1", "2"]
     with pytest.raises(ValueError, match="already converted"):
         lowbit.convert(m, "nvfp4")
     lowbit.unconvert(m)
     assert all(type(x) is nn.Linear for x in m) and [id(p) for p in m.parameters()] == params
     assert set(m.state_dict()) == {f"{i}.{p}" for i in range(3) for p in ("weight", "bias")}
     m, _ = _convert(m, "nvfp4")
-    assert _converted(m) == ["0", "1"]
+    assert _converted(m) == ["0", "1", "2"]
     # a bare Linear is returned, not swapped in place
     one, _ = _convert(nn.Linear(32, 32), "fp8", filter=lambda n, mod: True)
     assert isinstance(one, Linear) and type(lowbit.unconvert(one)) is nn.Linear
@@ -152,7 +178,7 @@ def test_meta_device_model_converts_without_data_then_materializes():
     with torch.device("meta"):
         m = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32), nn.Linear(32, 16))
     m, _ = _convert(m, "fp8")
-    assert _converted(m) == ["0", "2"]
+    assert _converted(m) == ["0", "2", "3"]
     assert m[0].weight.is_meta and m[0].lowbit_state.input.scale.is_meta
     y = m(torch.empty(3, 32, device="meta"))
     assert y.shape == (3, 16) and y.is_meta

@@ -2,6 +2,7 @@
 composition of the reference casts), delayed scaling updates its state without a host sync, and
 the layer behaves like nn.Linear (shapes, bias, frozen weights, autocast, reuse, meta)."""
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
@@ -9,8 +10,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import lowbit
+from lowbit.convert import FORMATS, recipe_for
 from lowbit.dtypes import FP4Tensor, FP8Tensor
-from lowbit.kernels import quantize_fp4, scaled_mm
+from lowbit.kernels import BACKENDS, quantize_fp4, scaled_mm
 from lowbit.nn import Linear, TransposedLinear
 from lowbit.nn.ops import sr_generator
 from lowbit.scaling import MX, NV, Blockwise, Current, Delayed, Rowwise
@@ -327,3 +329,51 @@ def test_delayed_first_step_is_current_scaling_then_delayed():
     assert bool(fresh.lowbit_state.input.primed) and torch.equal(fresh.lowbit_state.input.scale, st.input.scale)
     fresh.lowbit_state.reset()
     assert not bool(fresh.lowbit_state.grad.primed)
+
+
+def _role_state(layer, role):
+    return {k: v.clone() for k, v in layer.lowbit_state.state_dict().items() if k.startswith(role + ".")}
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_empty_batch_forward_backward_every_format(fmt, backend, monkeypatch):
+    """A (0, K) input gives a (0, N) output, a (0, K) dgrad and zero weight and bias gradients
+    (a sum over no tokens), and records nothing in the recipe state of the input and the gradient:
+    a delayed scale stays the one the real batch before it set. With the "triton" backend named
+    (serving the CPU here) the empty batch never reaches a Triton GEMM (none takes K = 0 tokens)."""
+    x, w, b, dy = _data(M=16, K=64, N=32)
+    layer = Linear.from_float(nn.Linear(64, 32), recipe_for(fmt), backend="torch")
+    _run(layer, x, dy)  # a real step first: the delayed state holds good scales
+    if backend == "triton":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        monkeypatch.setitem(BACKENDS.backends, "triton", replace(BACKENDS.get("triton"), devices=("cpu", "cuda")))
+        layer.backend = "triton"
+    before = {r: _role_state(layer, r) for r in ("input", "grad")}
+    layer.zero_grad()
+    y, dx, dw, db = _run(layer, x[:0], dy[:0])
+    assert y.shape == (0, 32) and dx.shape == (0, 64)
+    assert torch.equal(dw, torch.zeros(32, 64)) and torch.equal(db, torch.zeros(32))
+    for r in ("input", "grad"):
+        after = _role_state(layer, r)
+        assert after.keys() == before[r].keys() and all(torch.equal(after[k], v) for k, v in before[r].items())
+
+
+def test_empty_first_batch_leaves_the_delayed_cold_start_armed():
+    """An empty batch first (a 3-D (2, 0, K) one) primes no input or gradient scale: the first real
+    batch after it is cast exactly as it would be on a fresh layer."""
+    x, w, b, dy = _data(M=16, K=64, N=32)
+    x = x * 1e-3  # scale 1 (a lost cold start) would change these casts
+    runs = []
+    for empty_first in (True, False):
+        torch.manual_seed(0)
+        layer = Linear.from_float(nn.Linear(64, 32), Delayed(), backend="torch")
+        if empty_first:
+            xe = torch.zeros(2, 0, 64, requires_grad=True)
+            ye = layer(xe)
+            ye.sum().backward()
+            assert ye.shape == (2, 0, 32) and xe.grad.shape == (2, 0, 64)
+            assert not layer.lowbit_state.input.primed and not layer.lowbit_state.grad.primed
+            layer.zero_grad()
+        runs.append(_run(layer, x, dy))
+    assert all(torch.equal(a, c) for a, c in zip(*runs))
