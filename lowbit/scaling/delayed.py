@@ -3,17 +3,23 @@
 ``update(amax)`` (tensor ops only, no host sync) shifts ``amax`` into ``amax_history[0]`` and sets
 ``scale = A / fmax * 2^margin`` with ``A = max(history)`` or ``history[0]``. A non-finite amax is
 recorded as 0, and an ``A`` of 0 keeps the previous scale: a zero or non-finite amax never
-replaces a good scale. The buffers are saved in the state_dict; across data-parallel ranks the
-history is reduced with all-reduce(MAX) by ``sync`` (a no-op without an initialised process group).
+replaces a good scale. The buffers are saved in the state_dict. Across data-parallel ranks
+``reduce_histories(states, all_reduce)`` reduces the histories of many states in ONE collective
+(flattened into one buffer; ``all_reduce`` is MAX in place, supplied by ``lowbit.distributed``)
+and sets every scale from its reduced history by the same rule.
 
 Cold start (``recipe.amax_init``): ``prime(x)`` sets ``scale = amax(x) / fmax * 2^margin`` (same
-rule, x's own finite amax) before the first cast, once. ``primed`` is a plain Python bool, not a
+rule, x's own finite amax) before the first cast, once; ``prime_amax(a)`` does the same from a
+given amax (one all-reduced across ranks, so that every rank primes alike). ``primed`` is a plain Python bool, not a
 tensor: reading it never syncs a device, torch.compile guards on it (one recompile when it turns
 True) and a CUDA graph captured after the first step holds no cold-start branch and no CPU tensor.
 It is not saved: loading a state_dict sets it to ``any(amax_history > 0)``, which is what it was
 unless every amax recorded so far was 0 (then the next tensor is primed again).
 """
 from __future__ import annotations
+
+import itertools
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -23,7 +29,7 @@ from .blocks import TENSOR, block_amax
 from .recipes import Delayed
 from .scales import div_exact
 
-__all__ = ["DelayedScalingState"]
+__all__ = ["DelayedScalingState", "reduce_histories", "delayed_scale"]
 
 
 class DelayedScalingState(nn.Module):
@@ -51,16 +57,20 @@ class DelayedScalingState(nn.Module):
         return st
 
     def _scale_from(self, a: torch.Tensor) -> None:
-        new = div_exact(a, self.fmt.max) * (2.0 ** self.recipe.margin)
-        good = (a > 0) & torch.isfinite(new) & (new > 0)
-        self.scale.copy_(torch.where(good, new, self.scale))
+        self.scale.copy_(delayed_scale(a, div_exact(a, self.fmt.max), 2.0 ** self.recipe.margin, self.scale))
 
     @torch.no_grad()
     def prime(self, x: torch.Tensor) -> None:
         """Before the first cast: the scale from x's own finite amax (no-op once primed)."""
+        if not self.primed:
+            self.prime_amax(block_amax(x.detach(), TENSOR))
+
+    @torch.no_grad()
+    def prime_amax(self, amax: torch.Tensor) -> None:
+        """``prime`` from a given finite amax (no-op once primed)."""
         if self.primed:
             return
-        self._scale_from(block_amax(x.detach(), TENSOR).to(device=self.scale.device, dtype=torch.float32))
+        self._scale_from(amax.to(device=self.scale.device, dtype=torch.float32).reshape(()))
         self.primed = True
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
@@ -76,16 +86,41 @@ class DelayedScalingState(nn.Module):
         self._scale_from(hist.amax() if self.recipe.amax_algo == "max" else hist[0])
         self.amax_history.copy_(hist)
 
-    @torch.no_grad()
-    def sync(self, group=None) -> None:
-        """all-reduce(MAX) of the history across ranks, then recompute the scale from it."""
-        import torch.distributed as dist
-        if not (dist.is_available() and dist.is_initialized()):
-            return
-        dist.all_reduce(self.amax_history, op=dist.ReduceOp.MAX, group=group)
-        a = self.amax_history.amax() if self.recipe.amax_algo == "max" else self.amax_history[0]
-        new = div_exact(a, self.fmt.max) * (2.0 ** self.recipe.margin)
-        self.scale.copy_(torch.where(a > 0, new, self.scale))
-
     def extra_repr(self) -> str:
         return f"fmt={self.fmt.name}, history_len={self.recipe.history_len}, algo={self.recipe.amax_algo}"
+
+
+def delayed_scale(a: torch.Tensor, a_over_fmax: torch.Tensor, factor, old: torch.Tensor) -> torch.Tensor:
+    """The delayed rule, elementwise: ``a / fmax * factor`` (``factor = 2^margin``) where it is a
+    positive finite scale from a positive amax ``a``, else ``old``."""
+    new = a_over_fmax * factor
+    good = (a > 0) & torch.isfinite(new) & (new > 0)
+    return torch.where(good, new, old)
+
+
+@torch.no_grad()
+def reduce_histories(states: Sequence[DelayedScalingState], all_reduce: Callable[[torch.Tensor], None]) -> None:
+    """``all_reduce(buf)`` (in place) of every state's ``amax_history``, flattened into ONE buffer
+    (one collective for a whole model), then each ``scale`` from its reduced history by the rule of
+    ``update``: ``A = max(history)`` or ``history[0]``, ``scale = A / fmax * 2^margin``, the old
+    scale kept where A is 0. Histories of different lengths are fine. All states on one device."""
+    states = sorted(states, key=lambda st: st.recipe.history_len)  # equal lengths are contiguous in buf
+    if not states:
+        return
+    hists = [st.amax_history for st in states]
+    buf = torch.cat(hists)
+    all_reduce(buf)
+    torch._foreach_copy_(hists, list(buf.split([h.numel() for h in hists])))
+    amax, start = [], 0
+    for n, group in itertools.groupby(states, key=lambda st: st.recipe.history_len):
+        group = list(group)
+        rows = buf[start: start + n * len(group)].view(len(group), n)
+        start += n * len(group)
+        most_recent = torch.tensor([st.recipe.amax_algo == "most_recent" for st in group], device=buf.device)
+        amax.append(torch.where(most_recent, rows[:, 0], rows.amax(dim=1)))
+    a = torch.cat(amax)
+    fmax = torch.tensor([st.fmt.max for st in states], dtype=torch.float32, device=buf.device)
+    factor = torch.tensor([2.0 ** st.recipe.margin for st in states], dtype=torch.float32, device=buf.device)
+    scales = [st.scale for st in states]
+    new = delayed_scale(a, a / fmax, factor, torch.stack(scales))
+    torch._foreach_copy_(scales, list(new.unbind()))
