@@ -56,6 +56,7 @@ def prepare(model: nn.Module, group=None, *, fp8_all_gather: bool = False) -> nn
     sync = StepSync(model, group)
     if gather is not None:
         sync.on_step.append(gather.new_step)
+        sync.on_first_forward.append(gather.require_sharded)
     object.__setattr__(model, _ATTR, (sync, ColdStart(model, group), gather))
     return model
 

@@ -49,7 +49,7 @@ from ..scaling.delayed import DelayedScalingState
 from ..scaling.recipes import Blockwise, Current, Delayed
 from .group import all_reduce_max
 
-__all__ = ["FP8GatherWeight", "WeightGather", "gathers_fp8"]
+__all__ = ["FP8GatherWeight", "WeightGather", "gathers_fp8", "fp8_gathered"]
 
 aten = torch.ops.aten
 
@@ -69,6 +69,13 @@ def gathers_fp8(module) -> bool:
     r = module.recipe
     return isinstance(r, (Delayed, Current)) or (
         isinstance(r, Blockwise) and r.weight[0] == r.weight[1] and r.weight[0] > 0)
+
+
+def fp8_gathered(recipe, rows: int, world: int) -> bool:
+    """Whether a ``gathers_fp8`` weight of ``rows`` rows travels in FP8 over ``world`` shards:
+    tensorwise always, square blocks when every shard holds whole blocks (module docstring)."""
+    block = recipe.granularity("weight")
+    return block.is_tensorwise or rows % (world * block.rows) == 0
 
 
 class FP8GatherWeight(torch.Tensor):
@@ -149,6 +156,15 @@ class WeightGather:
     def layers(self):
         return [m for m in (r() for r in self._layers) if m is not None]
 
+    def require_sharded(self) -> None:
+        """RuntimeError unless FSDP2 manages every wrapped weight (DDP and one process would hand
+        the layer the wrapper itself, which the GPU kernels cannot read)."""
+        plain = [type(m).__name__ for m in self.layers() if not isinstance(m.weight, (DTensor, FP8Tensor))]
+        if plain:
+            raise RuntimeError(f"lowbit.distributed: fp8_all_gather=True is for FSDP2 (fully_shard), but {len(plain)} "
+                               "wrapped weight(s) are not sharded; call fully_shard on the model, or prepare it "
+                               "without fp8_all_gather (DDP, one process)")
+
     def new_step(self) -> None:
         self._scales, self._amax, self._begun = {}, {}, False
 
@@ -187,9 +203,9 @@ class WeightGather:
         if x.shape[0] < rows:
             x = F.pad(x, (0, 0, 0, rows - x.shape[0]))
         recipe = module.recipe
-        block = recipe.granularity("weight")
-        if not block.is_tensorwise and orig_size[0] % (world * block.rows):
+        if not fp8_gathered(recipe, orig_size[0], world):
             return (x,), ("hp",)  # blocks would straddle shards: gathered in high precision
+        block = recipe.granularity("weight")
         backend = effective_backend(module.backend, x.device.type)
         if not block.is_tensorwise:
             q = quantize_fp8(x, recipe, "weight", None, backend)

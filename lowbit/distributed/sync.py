@@ -9,9 +9,10 @@ and sets every scale from its reduced history, so every rank holds the same hist
   the backward reaches the model's outputs): after every amax of the step (input and weight in
   the forward, output gradient in the backward) is recorded, before the optimizer step and the
   next forward; ``state_dict()`` between steps is the same on every rank;
-* at the end of a forward whose outputs need no gradient (eval, ``torch.no_grad``);
+* at the end of a forward under ``torch.no_grad`` / ``inference_mode`` (no backward follows);
 * at the start of a forward if an earlier forward's amaxes were never synced (its backward did
-  not run, or two forwards precede one backward): no cast ever uses an unsynced scale.
+  not run, two forwards precede one backward, or its outputs hold no tensor that needs a
+  gradient and that ``torch.utils._pytree`` can find): no cast ever uses an unsynced scale.
 
 A training loop (forward, backward, step) pays one collective per step. The MAX of the ranks'
 amaxes is the amax of the whole batch (data parallel) or of the whole tensor (a weight sharded by
@@ -44,12 +45,13 @@ __all__ = ["StepSync", "ColdStart"]
 
 class StepSync:
     """The step boundary of one prepared model (module docstring). ``on_step`` callables (the FP8
-    all-gather's per-step casts) run after each sync."""
+    all-gather's per-step casts) run after each sync, ``on_first_forward`` ones (checks) once."""
 
     def __init__(self, root: nn.Module, group=None):
         self.group = group
         self.pending = False
         self.on_step: List = []
+        self.on_first_forward: List = []
         self.refresh(root)
         self._handles = [root.register_forward_pre_hook(self._pre),
                          root.register_forward_hook(self._post)]
@@ -77,13 +79,20 @@ class StepSync:
 
     # ---- hooks ----------------------------------------------------------------------------
     def _pre(self, module, args):
+        if self.on_first_forward:
+            for check in self.on_first_forward:
+                check()
+            self.on_first_forward.clear()
         if self.pending:
             self.sync()
 
     def _post(self, module, args, out):
         tensors = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and t.requires_grad]
-        if not tensors:
-            self.sync()
+        if not tensors:  # no backward through the outputs: sync now (or, under grad mode with
+            if torch.is_grad_enabled():  # outputs pytree cannot see into, before the next forward)
+                self.pending = True
+            else:
+                self.sync()
             return
         self.pending = True
         torch.autograd.graph.register_multi_grad_hook(tensors, self._arm, mode="any")

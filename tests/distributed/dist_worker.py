@@ -21,8 +21,10 @@ import lowbit
 import lowbit.distributed
 from lowbit.nn import is_state_key
 
-STEPS, BATCH, LR = 6, 32, 0.05
-FORMATS = ("fp8", "fp8-block")
+BATCH, LR = 32, 0.05
+# format -> (steps, the one-process reference: the whole batch, or the ranks' halves accumulated)
+FORMATS = {"fp8": (6, "single"), "fp8-block": (6, "accum"), "fp8-current": (3, "accum"),
+           "fp8-rowwise": (3, "accum"), "mxfp8": (3, "accum"), "nvfp4": (3, "accum")}
 
 
 def make(fmt=None):
@@ -45,7 +47,9 @@ def batch(step, rank=0, world=1):
 
 
 def recipe_state(model):
-    return {k: v.clone() for k, v in model.state_dict().items() if is_state_key(k)}
+    """Recipe buffers (tensors) and extra state (NVFP4's stochastic-rounding step: a dict)."""
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in model.state_dict().items()
+            if is_state_key(k)}
 
 
 def train(model, steps, start=0, rank=0, world=1, opt=None, each_step=None):
@@ -103,8 +107,8 @@ def weight_types(model) -> list:
 def same_on_ranks(sd) -> bool:
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, sd)
-    return all(a.keys() == everyone[0].keys() and all(torch.equal(a[k], everyone[0][k]) for k in a)
-               for a in everyone[1:])
+    same = lambda u, v: torch.equal(u, v) if isinstance(u, torch.Tensor) else u == v  # noqa: E731
+    return all(a.keys() == everyone[0].keys() and all(same(a[k], everyone[0][k]) for k in a) for a in everyone[1:])
 
 
 def shard(model, fp8_all_gather=True):
@@ -132,11 +136,13 @@ def tp_step(layer, rows=slice(None)):
 
 def main(rank, world, port, out_dir):
     torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", message=".*returned a view tensor")  # FSDP2 on lowbit's reshape
     res = {}
     # ---- one process, whole batch (no process group yet: nothing prepared) ----------------------
-    for fmt in FORMATS + (None,):
-        res[f"single/{fmt or 'fp32'}"] = train(make(fmt), STEPS)[0]
-    res["accum/fp8-block"] = train_accum(make("fp8-block"), STEPS, world)
+    for fmt, (steps, ref) in FORMATS.items():
+        model = make(fmt)
+        res[f"{ref}/{fmt}"] = train(model, steps)[0] if ref == "single" else train_accum(model, steps, world)
+    res["single/fp32"] = train(make(), 6)[0]
     unprepared = make("fp8")  # converted before the group existed, never prepared: the control
     tp_full = tp_model()
     tp_step(tp_full)
@@ -150,16 +156,16 @@ def main(rank, world, port, out_dir):
         flags = res.setdefault(key, [])
         return lambda model: flags.append(same_on_ranks(recipe_state(model)))
 
-    for fmt in FORMATS:
+    for fmt, (steps, _) in FORMATS.items():
         model = make(fmt)  # the group exists: convert prepares the model
-        res[f"ddp/{fmt}"] = train(DDP(model), STEPS, rank=rank, world=world, each_step=record(f"ddp/{fmt}/same"))[0]
+        res[f"ddp/{fmt}"] = train(DDP(model), steps, rank=rank, world=world, each_step=record(f"ddp/{fmt}/same"))[0]
         model = shard(make(fmt))
         res[f"fsdp/{fmt}/weights"] = weight_types(model)
-        res[f"fsdp/{fmt}"], opt = train(model, STEPS, rank=rank, world=world,
+        res[f"fsdp/{fmt}"], opt = train(model, steps, rank=rank, world=world,
                                         each_step=record(f"fsdp/{fmt}/same"))
         if fmt == "fp8":
-            dcp_round_trip(res, model, opt, rank, world, out_dir)
-    res["ddp/unprepared"] = train(DDP(unprepared), STEPS, rank=rank, world=world,
+            dcp_round_trip(res, model, opt, rank, world, out_dir, steps)
+    res["ddp/unprepared"] = train(DDP(unprepared), 6, rank=rank, world=world,
                                   each_step=record("ddp/unprepared/same"))[0]
 
     # ---- tensor parallel, Megatron style: each rank holds 16 of the 32 output rows --------------
@@ -187,8 +193,8 @@ def main(rank, world, port, out_dir):
     dist.destroy_process_group()
 
 
-def dcp_round_trip(res, model, opt, rank, world, out_dir):
-    """Save model + optimizer (sharded, recipe state included) with DCP after STEPS steps, load into
+def dcp_round_trip(res, model, opt, rank, world, out_dir, steps):
+    """Save model + optimizer (sharded, recipe state included) with DCP after ``steps``, load into
     a fresh sharded model, compare every tensor, and train both on."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -209,8 +215,8 @@ def dcp_round_trip(res, model, opt, rank, world, out_dir):
     res["dcp/model_equal"] = all(torch.equal(full(a[k]), full(b[k])) for k in a)
     res["dcp/primed_equal"] = [m.lowbit_state.input.primed for m in fresh if hasattr(m, "lowbit_state")] == \
         [m.lowbit_state.input.primed for m in model if hasattr(m, "lowbit_state")]
-    res["dcp/resumed"] = train(model, 2, start=STEPS, rank=rank, world=world, opt=opt)[0]
-    res["dcp/loaded"] = train(fresh, 2, start=STEPS, rank=rank, world=world, opt=fresh_opt)[0]
+    res["dcp/resumed"] = train(model, 2, start=steps, rank=rank, world=world, opt=opt)[0]
+    res["dcp/loaded"] = train(fresh, 2, start=steps, rank=rank, world=world, opt=fresh_opt)[0]
 
 
 if __name__ == "__main__":

@@ -5,12 +5,14 @@ same MLP under DDP and FSDP2 (``fully_shard`` runs on the CPU with gloo on torch
 the batch per rank and checks, against one process:
 
 * loss trajectories: ``fp8`` (delayed) against one process on the whole batch (the MAX of the
-  ranks' amaxes is the whole batch's); ``fp8-block`` against one process accumulating the ranks'
-  half batches (its 1x128 wgrad tiles run along the tokens, so each rank's tokens are tiled on
-  their own, as in any data-parallel run of that recipe). TOL: the runs differ only in the order
-  of fp32 additions (wgrad partial sums per rank, the loss mean), a few fp32 ulps a step (seen:
-  ~2e-7 over 6 steps); 1e-5 is 100x below the FP8-vs-fp32 gap of these runs (~1e-3) and below
-  the control that never prepared (~1e-3), so any scale that differs from one process fails it.
+  ranks' amaxes is the whole batch's); ``fp8-block`` (and ``fp8-current``, ``fp8-rowwise``,
+  ``mxfp8``) against one process accumulating the ranks' half batches: their activation and
+  gradient scales come from each rank's own tensors (1x128 wgrad tiles run along the tokens,
+  current scales take the local amax), as in any data-parallel run of these recipes. TOL: the
+  runs differ only in the order of fp32 additions (wgrad partial sums per rank, the loss mean),
+  a few fp32 ulps a step (seen: 5e-8 to 2.3e-7 over 6 steps); 1e-5 is 50x below the FP8-vs-fp32
+  gap of these runs (5e-4 to 1e-3) and 100x below the control that never prepared (1.2e-3), so
+  a scale that differs from one process's fails it. nvfp4 (stochastic rounding): within FP4 noise.
 * the recipe state in ``state_dict()`` identical on both ranks after every step (and the
   never-prepared control differs: the check has teeth); the FSDP2 forward sees FP8 weights;
 * a DCP round trip (model, optimizer, recipe state) exact, and training resumes bit for bit;
@@ -77,12 +79,25 @@ def _rel(a, b):
 
 
 @pytest.mark.parametrize("engine", ["ddp", "fsdp"])
-@pytest.mark.parametrize("fmt,ref", [("fp8", "single"), ("fp8-block", "accum")])
-def test_loss_trajectory_matches_one_process(run, engine, fmt, ref):
+@pytest.mark.parametrize("fmt,ref,steps", [("fp8", "single", 6), ("fp8-block", "accum", 6),
+                                           ("fp8-current", "accum", 3), ("fp8-rowwise", "accum", 3),
+                                           ("mxfp8", "accum", 3)])
+def test_loss_trajectory_matches_one_process(run, engine, fmt, ref, steps):
     got, want = run[f"{engine}/{fmt}"], run[f"{ref}/{fmt}"]
-    assert len(got) == len(want) == 6
+    assert len(got) == len(want) == steps
     assert _rel(got, want) <= TOL, (got, want)
     assert _rel(want, run["single/fp32"]) > 10 * TOL  # the tolerance would see a recipe change
+
+
+@pytest.mark.parametrize("engine", ["ddp", "fsdp"])
+def test_nvfp4_trains_like_one_process(run, engine):
+    """nvfp4 rounds gradients stochastically from a generator per tensor, so the ranks' half
+    tensors draw other random bits than the accumulated run: they agree within FP4's noise (less
+    than half the gap between nvfp4 and fp32); the step counters stay equal on the ranks."""
+    got, want = run[f"{engine}/nvfp4"], run["accum/nvfp4"]
+    assert len(got) == len(want) == 3
+    assert _rel(got, want) < _rel(want, run["single/fp32"]) / 2
+    assert run[f"{engine}/nvfp4/same"] == [True] * 3
 
 
 def test_control_never_prepared_differs(run):
@@ -92,16 +107,21 @@ def test_control_never_prepared_differs(run):
     assert _rel(run["ddp/unprepared"], run["single/fp8"]) > TOL
 
 
-@pytest.mark.parametrize("key", ["ddp/fp8", "ddp/fp8-block", "fsdp/fp8", "fsdp/fp8-block"])
-def test_recipe_state_identical_on_ranks_after_every_step(run, key):
-    assert run[f"{key}/same"] == [True] * 6
+@pytest.mark.parametrize("engine", ["ddp", "fsdp"])
+@pytest.mark.parametrize("fmt", ["fp8", "fp8-block"])
+def test_recipe_state_identical_on_ranks_after_every_step(run, engine, fmt):
+    assert run[f"{engine}/{fmt}/same"] == [True] * 6
 
 
 def test_fsdp_forward_sees_fp8_weights(run):
-    """fp8: both converted weights gathered in FP8; fp8-block: the 256-row weight (whole 128x128
-    blocks per shard) in FP8, the 64-row one (blocks would straddle the shards) in high precision."""
-    assert run["fsdp/fp8/weights"] == ["FP8Tensor", "FP8Tensor", "Parameter"]
-    assert run["fsdp/fp8-block/weights"] == ["FP8Tensor", "Parameter", "Parameter"]
+    """Tensorwise: both converted weights gathered in FP8; fp8-block: the 256-row weight (whole
+    128x128 blocks per shard) in FP8, the 64-row one (blocks would straddle the shards) in high
+    precision; rowwise, MX and NV weights in high precision. The head is never converted."""
+    fp8, hp = "FP8Tensor", "Parameter"
+    assert run["fsdp/fp8/weights"] == run["fsdp/fp8-current/weights"] == [fp8, fp8, hp]
+    assert run["fsdp/fp8-block/weights"] == [fp8, hp, hp]
+    for fmt in ("fp8-rowwise", "mxfp8", "nvfp4"):
+        assert run[f"fsdp/{fmt}/weights"] == [hp, hp, hp]
 
 
 def test_dcp_round_trip_is_exact(run):
