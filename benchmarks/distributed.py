@@ -276,9 +276,8 @@ def rows_for(env, cfg, results) -> list:
         for v, r in res.items():
             row = {"gpus": w, "variant": v}
             table.append(row)
-            if not ok(r):
+            if not ok(r):  # in the table and the JSON, not in results.csv
                 row["error"] = (r or {}).get("error", "no result")
-                rows.append(result_row(env, "fsdp2-train", f"{shape} x{w}", v, "error", float("nan"), row["error"]))
                 continue
             sh = f"{shape} x{w}"
             add = lambda metric, value, anchor="", ratio=None: rows.append(  # noqa: E731

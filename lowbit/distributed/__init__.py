@@ -30,10 +30,10 @@ from __future__ import annotations
 from torch import nn
 
 from .fsdp import FP8GatherWeight, WeightGather, gathers_fp8
-from .group import check_same_recipes, lowbit_layers, require_group
+from .group import check_same_recipes, lowbit_layers, refuse_dtensors, require_group
 from .sync import ColdStart, StepSync
 
-__all__ = ["prepare", "FP8GatherWeight", "StepSync"]
+__all__ = ["prepare", "FP8GatherWeight"]
 
 _ATTR = "_lowbit_distributed"  # on the prepared root: (StepSync, ColdStart, WeightGather or None)
 
@@ -57,7 +57,8 @@ def prepare(model: nn.Module, group=None, *, fp8_all_gather: bool = False) -> nn
     if gather is not None:
         sync.on_step.append(gather.new_step)
         sync.on_first_forward.append(gather.require_sharded)
-    object.__setattr__(model, _ATTR, (sync, ColdStart(model, group), gather))
+    refuse_dtensors(model)  # (before ColdStart's hooks, after FSDP2's, which come first)
+    setattr(model, _ATTR, (sync, ColdStart(model, group), gather))
     return model
 
 

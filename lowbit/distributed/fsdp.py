@@ -16,13 +16,14 @@ The codes are exactly those the layer would have cast from the gathered high-pre
   with no call to remember): ``scale = amax(W) / fmax``.
 * ``Blockwise`` (square weight blocks, 128x128): each shard is cast on its own, no collective.
   Blocks stay whole only when every shard has a multiple of 128 rows, i.e. ``out_features`` is a
-  multiple of ``128 * world``; otherwise (uneven or misaligned shards) the weight is gathered in
-  high precision and cast after the gather, as without FSDP (FSDP2 also requires every all-gather
-  input of an unevenly sharded parameter to have the padded shard's shape, which the block
-  scales do not).
+  multiple of ``128 * world`` (or one rank); otherwise (uneven or misaligned shards) the weight is
+  gathered in high precision and cast after the gather, as without FSDP (FSDP2 also requires
+  every all-gather input of an unevenly sharded parameter to have the padded shard's shape,
+  which the block scales do not). Llama shapes (4096, 14336, 1024 rows) qualify up to 8 ranks.
 
 Rowwise, MX and NV weights (their transposed dgrad operand is quantized along the other dim,
-from the high-precision weight) and ``TransposedLinear`` layers are gathered in high precision.
+from the high-precision weight), ``TransposedLinear`` layers and weights sharded on dim 1
+(``shard_placement_fn``) are gathered in high precision.
 
 Each step casts a weight once: the backward's re-gather (``reshard_after_forward=True``) reuses
 the forward's scale and records no second amax, so forward and dgrad see the same codes, as
@@ -72,10 +73,10 @@ def gathers_fp8(module) -> bool:
 
 
 def fp8_gathered(recipe, rows: int, world: int) -> bool:
-    """Whether a ``gathers_fp8`` weight of ``rows`` rows travels in FP8 over ``world`` shards:
-    tensorwise always, square blocks when every shard holds whole blocks (module docstring)."""
+    """Whether a ``gathers_fp8`` weight of ``rows`` rows, sharded on dim 0, travels in FP8 over
+    ``world`` shards: tensorwise always, square blocks when every shard holds whole blocks."""
     block = recipe.granularity("weight")
-    return block.is_tensorwise or rows % (world * block.rows) == 0
+    return block.is_tensorwise or world == 1 or rows % (world * block.rows) == 0
 
 
 class FP8GatherWeight(torch.Tensor):
@@ -203,8 +204,8 @@ class WeightGather:
         if x.shape[0] < rows:
             x = F.pad(x, (0, 0, 0, rows - x.shape[0]))
         recipe = module.recipe
-        if not fp8_gathered(recipe, orig_size[0], world):
-            return (x,), ("hp",)  # blocks would straddle shards: gathered in high precision
+        if shard.shape[1:] != orig_size[1:] or not fp8_gathered(recipe, orig_size[0], world):
+            return (x,), ("hp",)  # sharded on dim 1, or blocks would straddle shards: high precision
         block = recipe.granularity("weight")
         backend = effective_backend(module.backend, x.device.type)
         if not block.is_tensorwise:

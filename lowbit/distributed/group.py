@@ -1,5 +1,6 @@
-"""Checks of the process group before lowbit couples ranks: it is initialised, and every rank
-converted the same layers with the same recipe (one ``all_gather_object`` at set-up)."""
+"""Checks before lowbit couples ranks: the process group is initialised, every rank converted the
+same layers with the same recipe (one ``all_gather_object`` at set-up), no layer computes on
+DTensors (checked at each layer's first forward)."""
 from __future__ import annotations
 
 from typing import List, Optional, Tuple
@@ -10,7 +11,7 @@ from torch import nn
 from ..nn.linear import LowbitModule
 from ..nn.spec import decode
 
-__all__ = ["require_group", "check_same_recipes", "lowbit_layers", "all_reduce_max"]
+__all__ = ["require_group", "check_same_recipes", "lowbit_layers", "refuse_dtensors", "all_reduce_max"]
 
 
 def require_group(group: Optional["dist.ProcessGroup"], what: str = "lowbit.distributed.prepare"):
@@ -48,6 +49,24 @@ def check_same_recipes(model: nn.Module, group=None) -> None:
         more = f"\n  ... and {len(bad) - 8} more" if len(bad) > 8 else ""
         raise ValueError("lowbit.distributed: the ranks were converted differently; every rank must convert "
                          "the same layers with the same recipe:\n" + "\n".join(bad[:8]) + more)
+
+
+def refuse_dtensors(model: nn.Module) -> None:
+    """A one-shot check before each lowbit layer's first forward: a clear error if the layer
+    would compute on DTensors (tensor parallelism by DTensor parallel styles; lowbit's ops run on
+    local tensors: shard a layer as a Linear of the shard's shape instead). FSDP2 hands the layer
+    plain unsharded weights, so it passes."""
+    from torch.distributed.tensor import DTensor
+
+    def check(mod, args):
+        handles.pop(id(mod)).remove()
+        if isinstance(mod.weight, DTensor) or (args and isinstance(args[0], DTensor)):
+            raise NotImplementedError(
+                f"lowbit {type(mod).__name__}: the weight or input is a DTensor (tensor parallelism by DTensor "
+                "parallel styles), but lowbit layers compute on local tensors; give each rank a lowbit Linear of its "
+                "shard's shape (Megatron style): lowbit.distributed reduces the shards' amaxes over the group")
+
+    handles = {id(m): m.register_forward_pre_hook(check) for _, m in lowbit_layers(model)}
 
 
 def all_reduce_max(group):

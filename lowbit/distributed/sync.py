@@ -52,13 +52,9 @@ class StepSync:
         self.pending = False
         self.on_step: List = []
         self.on_first_forward: List = []
-        self.refresh(root)
+        self._layers = [weakref.ref(m) for _, m in lowbit_layers(root) if isinstance(m.recipe, Delayed)]
         self._handles = [root.register_forward_pre_hook(self._pre),
                          root.register_forward_hook(self._post)]
-
-    def refresh(self, root: nn.Module) -> None:
-        """Re-read the model's delayed layers (after more were converted)."""
-        self._layers = [weakref.ref(m) for _, m in lowbit_layers(root) if isinstance(m.recipe, Delayed)]
 
     def states(self) -> list:
         return [getattr(m.lowbit_state, role) for m in (r() for r in self._layers) if m is not None

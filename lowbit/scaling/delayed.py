@@ -10,9 +10,10 @@ and sets every scale from its reduced history by the same rule.
 
 Cold start (``recipe.amax_init``): ``prime(x)`` sets ``scale = amax(x) / fmax * 2^margin`` (same
 rule, x's own finite amax) before the first cast, once; ``prime_amax(a)`` does the same from a
-given amax (one all-reduced across ranks, so that every rank primes alike). ``primed`` is a plain Python bool, not a
-tensor: reading it never syncs a device, torch.compile guards on it (one recompile when it turns
-True) and a CUDA graph captured after the first step holds no cold-start branch and no CPU tensor.
+given amax (one all-reduced across ranks, so that every rank primes alike). ``primed`` is a
+plain Python bool, not a tensor: reading it never syncs a device, torch.compile guards on it (one
+recompile when it turns True) and a CUDA graph captured after the first step holds no cold-start
+branch and no CPU tensor.
 It is not saved: loading a state_dict sets it to ``any(amax_history > 0)``, which is what it was
 unless every amax recorded so far was 0 (then the next tensor is primed again).
 """
@@ -27,9 +28,8 @@ from torch import nn
 from ..dtypes.formats import get_format
 from .blocks import TENSOR, block_amax
 from .recipes import Delayed
-from .scales import div_exact
 
-__all__ = ["DelayedScalingState", "reduce_histories", "delayed_scale"]
+__all__ = ["DelayedScalingState", "reduce_histories"]
 
 
 class DelayedScalingState(nn.Module):
@@ -57,7 +57,8 @@ class DelayedScalingState(nn.Module):
         return st
 
     def _scale_from(self, a: torch.Tensor) -> None:
-        self.scale.copy_(delayed_scale(a, div_exact(a, self.fmt.max), 2.0 ** self.recipe.margin, self.scale))
+        fmax = torch.full((), self.fmt.max, dtype=torch.float32, device=a.device)
+        self.scale.copy_(_delayed_scale(a, fmax, 2.0 ** self.recipe.margin, self.scale))
 
     @torch.no_grad()
     def prime(self, x: torch.Tensor) -> None:
@@ -90,10 +91,11 @@ class DelayedScalingState(nn.Module):
         return f"fmt={self.fmt.name}, history_len={self.recipe.history_len}, algo={self.recipe.amax_algo}"
 
 
-def delayed_scale(a: torch.Tensor, a_over_fmax: torch.Tensor, factor, old: torch.Tensor) -> torch.Tensor:
+def _delayed_scale(a: torch.Tensor, fmax: torch.Tensor, factor, old: torch.Tensor) -> torch.Tensor:
     """The delayed rule, elementwise: ``a / fmax * factor`` (``factor = 2^margin``) where it is a
-    positive finite scale from a positive amax ``a``, else ``old``."""
-    new = a_over_fmax * factor
+    positive finite scale from a positive amax ``a``, else ``old``. ``fmax`` is a tensor: one
+    IEEE division on every device (``scales.div_exact``)."""
+    new = a / fmax * factor
     good = (a > 0) & torch.isfinite(new) & (new > 0)
     return torch.where(good, new, old)
 
@@ -103,24 +105,24 @@ def reduce_histories(states: Sequence[DelayedScalingState], all_reduce: Callable
     """``all_reduce(buf)`` (in place) of every state's ``amax_history``, flattened into ONE buffer
     (one collective for a whole model), then each ``scale`` from its reduced history by the rule of
     ``update``: ``A = max(history)`` or ``history[0]``, ``scale = A / fmax * 2^margin``, the old
-    scale kept where A is 0. Histories of different lengths are fine. All states on one device."""
-    states = sorted(states, key=lambda st: st.recipe.history_len)  # equal lengths are contiguous in buf
+    scale kept where A is 0. Any mix of recipes; all states on one device. No host sync: states
+    are grouped by (length, algo, format, margin), a few kernels a group (typically two)."""
+    def kind(st):
+        return st.recipe.history_len, st.recipe.amax_algo, st.fmt.max, st.recipe.margin
+
+    states = sorted(states, key=kind)  # each kind is one contiguous run of buf
     if not states:
         return
-    hists = [st.amax_history for st in states]
+    hists, scales = [st.amax_history for st in states], [st.scale for st in states]
     buf = torch.cat(hists)
     all_reduce(buf)
     torch._foreach_copy_(hists, list(buf.split([h.numel() for h in hists])))
-    amax, start = [], 0
-    for n, group in itertools.groupby(states, key=lambda st: st.recipe.history_len):
-        group = list(group)
-        rows = buf[start: start + n * len(group)].view(len(group), n)
-        start += n * len(group)
-        most_recent = torch.tensor([st.recipe.amax_algo == "most_recent" for st in group], device=buf.device)
-        amax.append(torch.where(most_recent, rows[:, 0], rows.amax(dim=1)))
-    a = torch.cat(amax)
-    fmax = torch.tensor([st.fmt.max for st in states], dtype=torch.float32, device=buf.device)
-    factor = torch.tensor([2.0 ** st.recipe.margin for st in states], dtype=torch.float32, device=buf.device)
-    scales = [st.scale for st in states]
-    new = delayed_scale(a, a / fmax, factor, torch.stack(scales))
-    torch._foreach_copy_(scales, list(new.unbind()))
+    old, new, start, first = torch.stack(scales), [], 0, 0
+    for (n, algo, fmax, margin), group in itertools.groupby(states, key=kind):
+        k = len(list(group))
+        rows = buf[start: start + n * k].view(k, n)
+        a = rows[:, 0] if algo == "most_recent" else rows.amax(dim=1)
+        fmax_t = torch.full((), fmax, dtype=torch.float32, device=buf.device)
+        new.append(_delayed_scale(a, fmax_t, 2.0 ** margin, old[first: first + k]))
+        start, first = start + n * k, first + k
+    torch._foreach_copy_(scales, list(torch.cat(new).unbind()))

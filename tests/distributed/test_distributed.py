@@ -20,8 +20,9 @@ the batch per rank and checks, against one process:
 * ranks converted with different recipes: a clear ValueError on both ranks.
 
 In this process: no process group -> a clear error; on a one-rank group, FSDP2's FP8 all-gather
-gives bit-identical forward and backward to the plain converted layer; uneven shards (3 ranks,
-emulated) gather exactly the plain cast.
+gives bit-identical forward and backward to the plain converted layer, and DTensor layers or an
+FP8 all-gather weight outside FSDP2 are clear errors; uneven shards (3 ranks, emulated) gather
+exactly the plain cast.
 """
 import json
 import os
@@ -172,9 +173,9 @@ def _fsdp(model, fp8, mp=None):
     return fully_shard(model, **kw)
 
 
-def _steps(model, mp=None):
+def _steps(model):
     out = []
-    for step in range(3):
+    for step in range(2):
         g = torch.Generator().manual_seed(step)
         x = torch.randn(32, 64, generator=g).requires_grad_()
         y = model(x)
@@ -188,15 +189,29 @@ def _steps(model, mp=None):
     return out
 
 
+@pytest.mark.filterwarnings("ignore:.*returned a view tensor")  # FSDP2 on lowbit's reshape
 @pytest.mark.parametrize("fmt", ["fp8", "fp8-current", "fp8-block"])
 def test_fp8_all_gather_is_bit_identical_to_the_plain_layer(one_rank, fmt):
-    """Three steps of forward and backward: outputs, input and weight gradients equal bit for bit
+    """Two steps of forward and backward: outputs, input and weight gradients equal bit for bit
     (fp32 params: against the unsharded converted model; bf16 param_dtype: against FSDP2's
     high-precision all-gather of the same model)."""
     for a, b in zip(_steps(_mlp(fmt)), _steps(_fsdp(_mlp(fmt), fp8=True))):
         assert all(torch.equal(u, v) for u, v in zip(a, b))
     for a, b in zip(_steps(_fsdp(_mlp(fmt), False, torch.bfloat16)), _steps(_fsdp(_mlp(fmt), True, torch.bfloat16))):
         assert all(torch.equal(u, v) for u, v in zip(a, b))
+
+
+def test_dtensor_layers_and_unsharded_fp8_gather_are_clear_errors(one_rank):
+    """A lowbit layer handed DTensors (a DTensor tensor-parallel style) and an FP8 all-gather
+    weight outside FSDP2 fail at the first forward, saying what to do instead."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+    tp = parallelize_module(_mlp("fp8"), init_device_mesh("cpu", (1,)), {"0": ColwiseParallel()})
+    with pytest.raises(NotImplementedError, match="DTensor .*Megatron style"):
+        tp(torch.randn(4, 64))
+    plain = lowbit.distributed.prepare(_mlp("fp8"), fp8_all_gather=True)
+    with pytest.raises(RuntimeError, match="fp8_all_gather=True is for FSDP2"):
+        plain(torch.randn(4, 64))
 
 
 class _Mesh:
