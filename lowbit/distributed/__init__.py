@@ -22,8 +22,16 @@ A lowbit ``Linear`` computes on plain local tensors: a TP shard is a Linear of t
 What other recipes need: none of their scales is state (current, rowwise, block, MX and NV scale
 each rank's own activation and gradient tensors, as TransformerEngine and torchao do; a weight is
 cast after FSDP2's all-gather, whole, or by the FP8 all-gather above); NVFP4's stochastic-rounding
-counters advance alike on every rank. Checkpoints: the recipe state is module buffers, so
-``torch.distributed.checkpoint`` saves and loads it with the model (replicated, one copy).
+counters advance alike on every rank. So a data-parallel run of those recipes equals one process
+accumulating the ranks' micro-batches (their wgrad tiles run along the tokens), while delayed
+scaling equals one process on the whole batch (tests: within fp32 reordering, 1e-5).
+
+Practical notes: gradient accumulation syncs at every backward (one collective a micro-batch);
+DDP's ``broadcast_buffers=True`` (its default) re-sends the recipe buffers, which are equal on
+every rank already (``broadcast_buffers=False`` saves that collective). Checkpoints: the recipe
+state is module buffers, so ``torch.distributed.checkpoint`` saves and loads it with the model
+(replicated, one copy) and resumes bit for bit. Tested eager; the FP8 all-gather weight is not
+traced by torch.compile (the Linear's custom op takes plain tensors).
 """
 from __future__ import annotations
 

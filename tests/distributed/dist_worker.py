@@ -28,8 +28,9 @@ FORMATS = {"fp8": (6, "single"), "fp8-block": (6, "accum"), "fp8-current": (3, "
 
 
 def make(fmt=None):
-    """MLP (``fmt`` None: left in fp32) whose first weight (256 rows) shards into whole 128x128 blocks over 2 ranks, second
-    (64 rows) does not, and whose head (5 rows, kept in high precision) shards unevenly (3 + 2)."""
+    """MLP (``fmt`` None: left in fp32) whose first weight (256 rows) shards into whole 128x128
+    blocks over 2 ranks, second (64 rows) does not, and whose head (5 rows, kept in high
+    precision) shards unevenly (3 + 2)."""
     torch.manual_seed(0)
     m = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64), nn.GELU(), nn.Linear(64, 5))
     if fmt is None:
