@@ -123,15 +123,20 @@ def shard(model, fp8_all_gather=True):
 
 
 def tp_model():
+    """32 output rows; the weight's and the output gradient's largest values sit in rows (columns)
+    16..31, rank 1's shard: rank 0 alone would see a smaller amax."""
     torch.manual_seed(1)
-    return lowbit.convert(nn.Linear(64, 32, bias=False), "fp8", filter=lambda n, m: True)
+    layer = nn.Linear(64, 32, bias=False)
+    with torch.no_grad():
+        layer.weight[20, 5] = 3.0
+    return lowbit.convert(layer, "fp8", filter=lambda n, m: True)
 
 
 def tp_step(layer, rows=slice(None)):
     g = torch.Generator().manual_seed(7)
     x = torch.randn(8, 64, generator=g)
     dy = torch.randn(8, 32, generator=g)
-    x[2, 3] = 9.0
+    dy[1, 20] = 50.0
     layer(x).backward(dy[:, rows])
 
 
