@@ -47,12 +47,17 @@ Backends: ``backend`` names the GEMM backend ("auto", "torch", "triton" once reg
 backend that cannot serve a layer's device falls back to "auto" (which ends at the exact "torch"
 emulation) with one warning: the documented fallback. Converting twice with the same recipe is
 idempotent; ``unconvert(model)`` puts the original classes back with the same parameters.
+
+Under an initialised ``torch.distributed`` process group, ``convert`` ends with
+``lowbit.distributed.prepare(model)`` (rank-consistent recipe state, one amax all-reduce a step;
+a collective: every rank of the default group converts the model).
 """
 from __future__ import annotations
 
 import warnings
 from typing import Callable, Dict, List, Optional, Tuple
 
+import torch.distributed as dist
 from torch import nn
 
 from .nn.linear import STATE_NAME, Linear, LowbitModule, TransposedLinear, is_hf_conv1d, is_state_key
@@ -213,6 +218,9 @@ def convert(model: nn.Module, fmt: str = "fp8", recipe: Optional[Recipe] = None,
     if fell_back:
         warnings.warn(f"lowbit.convert: backend {backend!r} cannot serve the device of {', '.join(fell_back)}; "
                       "those layers use backend='auto' (ends at the exact 'torch' emulation)", stacklevel=2)
+    if dist.is_available() and dist.is_initialized():
+        from .distributed import prepare
+        prepare(out)
     return out
 
 

@@ -16,6 +16,7 @@ import torch
 from lowbit.dtypes import E4M3, E5M2, FP8Tensor
 from lowbit.dtypes.formats import FP32
 from lowbit.scaling import Current, Delayed, DelayedScalingState
+from lowbit.scaling.delayed import reduce_histories
 from lowbit.validate.oracle import quantize_exact, round_to_format
 
 
@@ -120,12 +121,35 @@ def test_update_has_no_host_sync():
     assert st.scale.device.type == "meta"
 
 
-def test_sync_without_process_group_is_a_no_op():
-    st = DelayedScalingState(Delayed(), "e4m3")
-    feed(st, [4.0])
-    h, s = st.amax_history.clone(), st.scale.clone()
-    st.sync()
-    assert torch.equal(st.amax_history, h) and torch.equal(st.scale, s)
+def test_reduce_histories_is_one_collective_and_the_update_rule():
+    """Two emulated ranks: one all_reduce (MAX with the other rank's flattened buffer) over states
+    of mixed lengths, algos, margins and formats leaves each state as one fed the MAX of both
+    ranks' amaxes (history and scale, bit for bit); a zero amax keeps the old scale."""
+    recipes = [(Delayed(history_len=3), "e4m3"), (Delayed(history_len=5, amax_algo="most_recent"), "e5m2"),
+               (Delayed(history_len=3, margin=2), "e5m2"), (Delayed(history_len=4), "e4m3")]
+    seqs = [([2.0, 9.0], [3.0, 1.0]), ([0.5, 4.0, 1.0], [7.0, 2.0, 0.25]), ([1e-3], [2e-3]), ([0.0], [0.0])]
+    ranks = [[DelayedScalingState(r, f) for r, f in recipes] for _ in range(2)]
+    for i, st in enumerate(ranks[1]):
+        st.scale.fill_(0.5)  # a scale that only the "keep the old scale" rule would leave
+        ranks[0][i].scale.fill_(0.5)
+    for rank in (0, 1):
+        for st, seq in zip(ranks[rank], seqs):
+            feed(st, seq[rank])
+    other = torch.cat([st.amax_history for st in sorted(ranks[1], key=lambda s: s.recipe.history_len)])
+    calls = []
+
+    def all_reduce(buf):
+        calls.append(buf.numel())
+        torch.maximum(buf, other, out=buf)
+
+    reduce_histories(ranks[0], all_reduce)
+    assert calls == [3 + 3 + 4 + 5]
+    for (recipe, fmt), st, (a, b) in zip(recipes, ranks[0], seqs):
+        ref = DelayedScalingState(recipe, fmt)
+        ref.scale.fill_(0.5)
+        feed(ref, [max(x, y) for x, y in zip(a, b)])
+        assert torch.equal(st.amax_history, ref.amax_history) and torch.equal(st.scale, ref.scale), recipe
+    assert ranks[0][3].scale.item() == 0.5
 
 
 def test_state_needs_a_delayed_recipe():

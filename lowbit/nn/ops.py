@@ -5,6 +5,10 @@ and the backend registry, but it takes an opaque op with a declared schema and a
 implementation without a graph break, and functionalizes its in-place updates of the delayed
 scaling buffers, in the forward and in the backward. Eager mode calls the same ops.
 
+A weight may arrive already cast, as an ``FP8Tensor`` (tensorwise or square weight blocks: what
+FSDP2 all-gathers under ``lowbit.distributed.prepare(model, fp8_all_gather=True)``): the forward
+uses it as it is and dgrad its transpose; the layer's weight state is then kept by the all-gather.
+
 Operands (x: (M, K) activations, w: (N, K) weight, g: (M, N) output gradient), each quantized
 along the contraction dim of its own GEMM:
 
@@ -84,6 +88,13 @@ def _backend(backend: str, *ts) -> str:
 
 
 # ---- FP8 -------------------------------------------------------------------------------------
+def _contiguous_t(q: FP8Tensor) -> FP8Tensor:
+    """``q^T`` with contiguous data and scales: for a tensorwise or square-block weight (the only
+    kinds that arrive cast, see ``lowbit.distributed``) exactly the cast of ``w^T``."""
+    t = q.t()
+    return FP8Tensor(t._data.contiguous(), t._scale.contiguous(), t.block, q._orig_dtype)
+
+
 def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, need_wt, prime_x=False, prime_w=False):
     recipe = decode(recipe_s)
     fake, backend = _fake_mode(x, w), _backend(backend, x, w)
@@ -92,7 +103,9 @@ def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, need_wt, prime_x=Fal
         qx, qx_t = quantize_fp8_t(x, recipe, "input", st_x, backend)
     else:
         qx, qx_t = quantize_fp8(x, recipe, "input", st_x, backend), None
-    if need_wt:
+    if isinstance(w, FP8Tensor):  # cast before FSDP2's all-gather (lowbit.distributed)
+        qw, qw_t = w, (_contiguous_t(w) if need_wt else None)
+    elif need_wt:
         qw, qw_t = quantize_fp8_t(w, recipe, "weight", st_w, backend)
     else:
         qw, qw_t = quantize_fp8(w, recipe, "weight", st_w, backend), None

@@ -4,18 +4,25 @@
 ``scale = A / fmax * 2^margin`` with ``A = max(history)`` or ``history[0]``. A non-finite amax is
 recorded as 0, and an ``A`` of 0 keeps the previous scale: a zero or non-finite amax never
 replaces a good scale. An empty tensor records nothing (``FP8Tensor.from_float`` skips the
-update, ``prime`` does not prime): no amax was observed. The buffers are saved in the state_dict;
-across data-parallel ranks the history is reduced with all-reduce(MAX) by ``sync`` (a no-op
-without an initialised process group).
+update, ``prime`` does not prime): no amax was observed. The buffers are saved in the state_dict.
+Across data-parallel ranks
+``reduce_histories(states, all_reduce)`` reduces the histories of many states in ONE collective
+(flattened into one buffer; ``all_reduce`` is MAX in place, supplied by ``lowbit.distributed``)
+and sets every scale from its reduced history by the same rule.
 
 Cold start (``recipe.amax_init``): ``prime(x)`` sets ``scale = amax(x) / fmax * 2^margin`` (same
-rule, x's own finite amax) before the first cast, once. ``primed`` is a plain Python bool, not a
-tensor: reading it never syncs a device, torch.compile guards on it (one recompile when it turns
-True) and a CUDA graph captured after the first step holds no cold-start branch and no CPU tensor.
+rule, x's own finite amax) before the first cast, once; ``prime_amax(a)`` does the same from a
+given amax (one all-reduced across ranks, so that every rank primes alike). ``primed`` is a
+plain Python bool, not a tensor: reading it never syncs a device, torch.compile guards on it (one
+recompile when it turns True) and a CUDA graph captured after the first step holds no cold-start
+branch and no CPU tensor.
 It is not saved: loading a state_dict sets it to ``any(amax_history > 0)``, which is what it was
 unless every amax recorded so far was 0 (then the next tensor is primed again).
 """
 from __future__ import annotations
+
+import itertools
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -23,9 +30,8 @@ from torch import nn
 from ..dtypes.formats import get_format
 from .blocks import TENSOR, block_amax
 from .recipes import Delayed
-from .scales import div_exact
 
-__all__ = ["DelayedScalingState"]
+__all__ = ["DelayedScalingState", "reduce_histories"]
 
 
 class DelayedScalingState(nn.Module):
@@ -53,17 +59,22 @@ class DelayedScalingState(nn.Module):
         return st
 
     def _scale_from(self, a: torch.Tensor) -> None:
-        new = div_exact(a, self.fmt.max) * (2.0 ** self.recipe.margin)
-        good = (a > 0) & torch.isfinite(new) & (new > 0)
-        self.scale.copy_(torch.where(good, new, self.scale))
+        fmax = torch.full((), self.fmt.max, dtype=torch.float32, device=a.device)
+        self.scale.copy_(_delayed_scale(a, fmax, 2.0 ** self.recipe.margin, self.scale))
 
     @torch.no_grad()
     def prime(self, x: torch.Tensor) -> None:
         """Before the first cast: the scale from x's own finite amax (no-op once primed, and for an
         empty x: it stays unprimed)."""
-        if self.primed or x.numel() == 0:
+        if not self.primed and x.numel():
+            self.prime_amax(block_amax(x.detach(), TENSOR))
+
+    @torch.no_grad()
+    def prime_amax(self, amax: torch.Tensor) -> None:
+        """``prime`` from a given finite amax (no-op once primed)."""
+        if self.primed:
             return
-        self._scale_from(block_amax(x.detach(), TENSOR).to(device=self.scale.device, dtype=torch.float32))
+        self._scale_from(amax.to(device=self.scale.device, dtype=torch.float32).reshape(()))
         self.primed = True
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
@@ -79,16 +90,42 @@ class DelayedScalingState(nn.Module):
         self._scale_from(hist.amax() if self.recipe.amax_algo == "max" else hist[0])
         self.amax_history.copy_(hist)
 
-    @torch.no_grad()
-    def sync(self, group=None) -> None:
-        """all-reduce(MAX) of the history across ranks, then recompute the scale from it."""
-        import torch.distributed as dist
-        if not (dist.is_available() and dist.is_initialized()):
-            return
-        dist.all_reduce(self.amax_history, op=dist.ReduceOp.MAX, group=group)
-        a = self.amax_history.amax() if self.recipe.amax_algo == "max" else self.amax_history[0]
-        new = div_exact(a, self.fmt.max) * (2.0 ** self.recipe.margin)
-        self.scale.copy_(torch.where(a > 0, new, self.scale))
-
     def extra_repr(self) -> str:
         return f"fmt={self.fmt.name}, history_len={self.recipe.history_len}, algo={self.recipe.amax_algo}"
+
+
+def _delayed_scale(a: torch.Tensor, fmax: torch.Tensor, factor, old: torch.Tensor) -> torch.Tensor:
+    """The delayed rule, elementwise: ``a / fmax * factor`` (``factor = 2^margin``) where it is a
+    positive finite scale from a positive amax ``a``, else ``old``. ``fmax`` is a tensor: one
+    IEEE division on every device (``scales.div_exact``)."""
+    new = a / fmax * factor
+    good = (a > 0) & torch.isfinite(new) & (new > 0)
+    return torch.where(good, new, old)
+
+
+@torch.no_grad()
+def reduce_histories(states: Sequence[DelayedScalingState], all_reduce: Callable[[torch.Tensor], None]) -> None:
+    """``all_reduce(buf)`` (in place) of every state's ``amax_history``, flattened into ONE buffer
+    (one collective for a whole model), then each ``scale`` from its reduced history by the rule of
+    ``update``: ``A = max(history)`` or ``history[0]``, ``scale = A / fmax * 2^margin``, the old
+    scale kept where A is 0. Any mix of recipes; all states on one device. No host sync: states
+    are grouped by (length, algo, format, margin), a few kernels a group (typically two)."""
+    def kind(st):
+        return st.recipe.history_len, st.recipe.amax_algo, st.fmt.max, st.recipe.margin
+
+    states = sorted(states, key=kind)  # each kind is one contiguous run of buf
+    if not states:
+        return
+    hists, scales = [st.amax_history for st in states], [st.scale for st in states]
+    buf = torch.cat(hists)
+    all_reduce(buf)
+    torch._foreach_copy_(hists, list(buf.split([h.numel() for h in hists])))
+    old, new, start, first = torch.stack(scales), [], 0, 0
+    for (n, algo, fmax, margin), group in itertools.groupby(states, key=kind):
+        k = len(list(group))
+        rows = buf[start: start + n * k].view(k, n)
+        a = rows[:, 0] if algo == "most_recent" else rows.amax(dim=1)
+        fmax_t = torch.full((), fmax, dtype=torch.float32, device=buf.device)
+        new.append(_delayed_scale(a, fmax_t, 2.0 ** margin, old[first: first + k]))
+        start, first = start + n * k, first + k
+    torch._foreach_copy_(scales, list(torch.cat(new).unbind()))
