@@ -108,3 +108,30 @@ def test_delayed_graphs_take_only_module_buffers_and_recompile_once_when_primed(
     with torch.no_grad():
         fresh(torch.randn(16, 32))
     assert fresh[0].lowbit_state.cold_start() == (False, False, True)
+
+
+def test_mx_recipes_compile_with_inductor_and_match_eager_bit_for_bit():
+    """MX scales are E8M0, on which inductor declines every pattern: a mutating custom op that
+    returned or took them stayed an ``auto_functionalized_v2`` node and compilation stopped in the
+    post-grad passes. The ops carry them as uint8 bits. One Linear without bias, x and W both
+    needing gradients (so the forward returns, and the backward takes, the E8M0 scales of both
+    saved operands): nothing outside the lowbit ops does arithmetic, so the compiled forward and
+    backward equal eager bit for bit."""
+    import copy
+    g = torch.Generator().manual_seed(3)
+    x0 = torch.randn(32, 64, generator=g)
+    gy = torch.randn(32, 32, generator=g)
+    for fmt in ("mxfp8", "mxfp4"):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        m = lowbit.convert(nn.Sequential(nn.Linear(64, 32, bias=False)), fmt, filter=lambda n, mod: True)
+        c = copy.deepcopy(m)
+        out = {}
+        for name, mod in (("eager", m), ("compiled", c)):
+            f = torch.compile(mod, fullgraph=True, backend="inductor") if name == "compiled" else mod
+            x = x0.clone().requires_grad_(True)
+            y = f(x)
+            y.backward(gy)
+            out[name] = (y.detach(), x.grad, mod[0].weight.grad)
+        assert all(torch.equal(a, b) for a, b in zip(out["eager"], out["compiled"])), fmt
+        assert all(t.abs().sum() > 0 for t in out["compiled"]), fmt
