@@ -224,9 +224,10 @@ def _fp4_bwd(g, xq, xs, xg, wq, ws, wg, signs, step, seed, recipe_s, backend, x_
     if fake:
         backend = "torch"
     gen = None
-    if isinstance(recipe, NV) and recipe.sr_grads and not fake:
-        gen = sr_generator(g.device, seed, int(step.item()))
-    step.add_(1)
+    if step is not None:  # stochastic rounding (NV's sr_grads): the counter of LinearState.sr_step
+        if not fake:
+            gen = sr_generator(g.device, seed, int(step.item()))
+        step.add_(1)
     dx = dw = _empty(g)
     if need_dx:
         qg = quantize_fp4(g, recipe, "grad", generator=gen, backend=backend)
@@ -239,10 +240,11 @@ def _fp4_bwd(g, xq, xs, xg, wq, ws, wg, signs, step, seed, recipe_s, backend, x_
 
 
 @torch.library.custom_op("lowbit::fp4_linear_bwd", mutates_args=("step",))
-def fp4_linear_bwd(g: T, xq: T, xs: T, xg: T, wq: T, ws: T, wg: T, signs: Optional[T], step: T, seed: int,
-                   recipe: str, backend: str, x_dtype: torch.dtype, w_dtype: torch.dtype, need_dx: bool,
-                   need_dw: bool) -> Tuple[T, T]:
-    """(dgrad, wgrad) from the saved FP4 operands; advances the stochastic-rounding ``step``."""
+def fp4_linear_bwd(g: T, xq: T, xs: T, xg: T, wq: T, ws: T, wg: T, signs: Optional[T], step: Optional[T],
+                   seed: int, recipe: str, backend: str, x_dtype: torch.dtype, w_dtype: torch.dtype,
+                   need_dx: bool, need_dw: bool) -> Tuple[T, T]:
+    """(dgrad, wgrad) from the saved FP4 operands; advances the stochastic-rounding ``step`` (None:
+    the recipe has no stochastic rounding)."""
     return _graph_fp4_bwd(g, xq, xs, xg, wq, ws, wg, signs, step, seed, recipe, backend, x_dtype, w_dtype,
                           need_dx, need_dw)
 
