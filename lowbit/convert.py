@@ -23,8 +23,10 @@ What is skipped, with one warning listing every skipped layer and why:
 
 * by the default filter (``filter=None``): the output head, i.e. every layer whose own name
   (last dotted component) is one of ``HEAD_NAMES`` (``lm_head``, ``head``, ``classifier``,
-  ``output``, ``score``) and the last Linear of the model in registration order. A user
-  ``filter(name, module) -> bool`` replaces this rule (True converts);
+  ``output``, ``score``) and the last Linear of the model in registration order; and layers too
+  small to gain from the format on their device (``lowbit.sizing``: measured thresholds on K
+  and N, on Hopper; no size rule on the CPU). A user ``filter(name, module) -> bool`` replaces
+  both rules (True converts);
 * always: shapes the format can't take (``lowbit.nn.spec.shape_problem``), non-float or float64
   parameters, a weight shared with another module (tied), ``nn.MultiheadAttention``'s
   ``out_proj`` (its weight is read directly, the module's forward never runs), layers already
@@ -46,6 +48,7 @@ from torch import nn
 from .nn.linear import Linear, LowbitModule, TransposedLinear, is_hf_conv1d, is_state_key
 from .nn.spec import backend_problem, dtype_problem, shape_problem
 from .scaling.recipes import MX, NV, Blockwise, Current, Delayed, Recipe, Rowwise
+from .sizing import size_problem
 
 __all__ = ["convert", "unconvert", "plain_state_dict", "FORMATS", "HEAD_NAMES", "recipe_for"]
 
@@ -122,6 +125,8 @@ def _plan(model: nn.Module, recipe: Recipe, filter, backend: str):
                 why = None if filter(name, mod) else "excluded by filter"
             elif name.rsplit(".", 1)[-1] in HEAD_NAMES or name == last:
                 why = "output head (default filter: named " + "/".join(HEAD_NAMES) + " or the last Linear)"
+            else:
+                why = size_problem(recipe, *_dims(mod), mod.weight.device, backend)
         if why:
             skipped.append((name, why))
         else:
