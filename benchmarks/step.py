@@ -174,8 +174,9 @@ def free_memory(device: str) -> None:
 
 
 def run_variant(workload: str, name: str, mode: str, args, batches, recorder: Optional[SkipRecorder],
-                anchor_losses: Dict[str, List[float]]) -> dict:
-    """One (variant, mode): the row of the printed table (ms, GiB, losses, compile facts)."""
+                anchor_losses: List[float]) -> dict:
+    """One (variant, mode): the row of the printed table (ms, GiB, losses, compile facts). The
+    anchor fills ``anchor_losses`` with its check losses; the other variants are compared with them."""
     from torch._dynamo.utils import counters
     w, device = WORKLOADS[workload], args.device
     cuda = device.startswith("cuda")
@@ -204,11 +205,10 @@ def run_variant(workload: str, name: str, mode: str, args, batches, recorder: Op
     row["first_step_s"] = time.perf_counter() - t0
     losses += [step(i).item() for i in range(1, args.check)]
     row["loss0"] = losses[0]
-    anchor = anchor_losses.get(mode)
-    if anchor is None:
-        anchor_losses[mode] = losses
-    else:
-        row["loss_rel_diff"] = max(abs(a - b) / abs(b) for a, b in zip(losses, anchor))
+    if name == anchor_name(w):
+        anchor_losses[:] = losses
+    elif anchor_losses:
+        row["loss_rel_diff"] = max(abs(a - b) / abs(b) for a, b in zip(losses, anchor_losses))
         row["loss_ok"] = row["loss_rel_diff"] <= loss_tol(name)
     for i in range(args.warmup):
         step(args.check + i)
@@ -217,7 +217,7 @@ def run_variant(workload: str, name: str, mode: str, args, batches, recorder: Op
     for i in range(args.steps):
         last = step(args.check + args.warmup + i)
         clock.mark()
-    row["loss"] = last.clone().item()
+    row["loss"] = last.item()
     row["ms"] = statistics.median(clock.intervals_ms())
     if cuda:
         row["GiB"] = torch.cuda.max_memory_allocated() / 2 ** 30
@@ -283,9 +283,11 @@ def variants(args, w: Workload) -> List[str]:
 
 def add_options(p) -> None:
     p.add_argument("--workloads", default="85m,8b2,8b8", help=f"comma list of {list(WORKLOADS)}")
-    p.add_argument("--formats", default="fp8,fp8-block,mxfp8,nvfp4", help="lowbit formats, or 'all'")
+    p.add_argument("--formats", default=None, help="lowbit formats, or 'all' (default fp8,fp8-block,mxfp8,nvfp4; "
+                                                   "--quick: fp8,fp8-block,mxfp8)")
     p.add_argument("--modes", default="eager,compiled", help=f"comma list of {list(MODES)}")
-    p.add_argument("--torchao", default="tensorwise,rowwise", help="torchao float8 recipes ('' for none)")
+    p.add_argument("--torchao", default=None, help="torchao float8 recipes, '' for none (default tensorwise,rowwise; "
+                                                   "--quick: tensorwise)")
     p.add_argument("--steps", type=int, default=None, help="timed steps (default 20, --quick 8)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
 
@@ -293,6 +295,10 @@ def add_options(p) -> None:
 def main() -> List[dict]:
     args = parse_args(__doc__.splitlines()[0], add_options)
     args.steps = args.steps or (8 if args.quick else 20)
+    if args.formats is None:
+        args.formats = "fp8,fp8-block,mxfp8" if args.quick else "fp8,fp8-block,mxfp8,nvfp4"
+    if args.torchao is None:
+        args.torchao = "tensorwise" if args.quick else "tensorwise,rowwise"
     args.check, args.warmup = (2, 2) if args.quick else (3, 5)
     modes = [m for m in args.modes.split(",") if m]
     if set(modes) - set(MODES):
@@ -300,13 +306,16 @@ def main() -> List[dict]:
     recorder = SkipRecorder().install() if "reduce-overhead" in modes else None
     env = env_info()
     table, rows = [], []
-    for workload in [x for x in args.workloads.split(",") if x]:
+    workloads = [x for x in args.workloads.split(",") if x]
+    if set(workloads) - set(WORKLOADS):
+        raise SystemExit(f"unknown workloads {sorted(set(workloads) - set(WORKLOADS))}; choose from {list(WORKLOADS)}")
+    for workload in workloads:
         w = WORKLOADS[workload]
         g = torch.Generator().manual_seed(1)
         batches = [torch.randint(0, w.vocab, (w.batch, w.seq), generator=g).to(args.device) for _ in range(2)]
         wtable: List[dict] = []
         for mode in modes:
-            anchor_losses: Dict[str, List[float]] = {}
+            anchor_losses: List[float] = []
             for name in variants(args, w):
                 row = guarded(wtable, f"{name} {mode}", lambda: run_variant(workload, name, mode, args, batches,
                                                                              recorder, anchor_losses))
