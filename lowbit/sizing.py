@@ -47,7 +47,6 @@ from .scaling.recipes import MX, NV, Blockwise, Current, Delayed, Recipe, Rowwis
 __all__ = ["FAMILIES", "LayerSizes", "SizeRule", "HOPPER", "RULES", "family", "rule_for", "size_problem",
            "corners_from_gains"]
 
-
 FAMILIES = ("tensorwise-delayed", "tensorwise-current", "rowwise", "blockwise", "mx8", "fp4")
 
 
@@ -84,6 +83,7 @@ class SizeRule:
 
     def sizes(self, fam: str) -> Optional[LayerSizes]:
         return dict(self.families)[fam]
+
 
 HOPPER = SizeRule(
     name="Hopper (sm_90)", capability=(9, 0), tokens=8192, min_gain=0.10,
