@@ -109,7 +109,9 @@ def build_model(w: Workload, device: str) -> torch.nn.Module:
     return model.to(w.dtype).train()
 
 
-def make_variant(model: torch.nn.Module, name: str) -> torch.nn.Module:
+def make_variant(model: torch.nn.Module, name: str, all_layers: bool = False) -> torch.nn.Module:
+    """``all_layers``: lowbit converts every Linear but the head (``filter=``), not only those the
+    size rule of ``lowbit.convert``'s default filter keeps."""
     if name in ("bf16", "fp32"):
         return model
     if name.startswith("torchao-"):
@@ -118,7 +120,16 @@ def make_variant(model: torch.nn.Module, name: str) -> torch.nn.Module:
         cfg = None if recipe == "tensorwise" else Float8LinearConfig.from_recipe_name(recipe)
         return convert_to_float8_training(model, config=cfg)
     import lowbit
-    return lowbit.convert(model, name)
+    from lowbit.convert import HEAD_NAMES
+    keep = (lambda fqn, mod: fqn.rsplit(".", 1)[-1] not in HEAD_NAMES) if all_layers else None
+    return lowbit.convert(model, name, filter=keep)
+
+
+def converted(model: torch.nn.Module) -> str:
+    """``"converted/Linear layers"`` (lowbit or torchao layers among the model's Linears)."""
+    lins = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    low = [m for m in lins if type(m) is not torch.nn.Linear]
+    return f"{len(low)}/{len(lins)}"
 
 
 def loss_tol(name: str) -> float:
@@ -126,11 +137,14 @@ def loss_tol(name: str) -> float:
 
 
 class SkipRecorder(logging.Handler):
-    """Collects inductor's "skipping cudagraphs due to ..." messages (its cudagraphs logger)."""
+    """Collects inductor's "skipping cudagraphs due to ..." messages: on the ``torch._inductor``
+    logger, which every inductor module's cudagraphs logger propagates to (on that logger itself
+    where it does not propagate)."""
 
     def __init__(self):
         super().__init__(logging.WARNING)
         self.reasons: List[str] = []
+        self.logger: Optional[logging.Logger] = None
 
     def emit(self, record):
         msg = record.getMessage()
@@ -139,8 +153,13 @@ class SkipRecorder(logging.Handler):
 
     def install(self) -> "SkipRecorder":
         from torch._inductor import cudagraph_utils
-        cudagraph_utils.cudagraphs_log.addHandler(self)
+        log = cudagraph_utils.cudagraphs_log
+        self.logger = logging.getLogger("torch._inductor") if log.propagate else log
+        self.logger.addHandler(self)
         return self
+
+    def uninstall(self) -> None:
+        self.logger.removeHandler(self)
 
 
 class Clock:
@@ -183,7 +202,7 @@ def run_variant(workload: str, name: str, mode: str, args, batches, recorder: Op
     free_memory(device)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    model = make_variant(build_model(w, device), name)
+    model = make_variant(build_model(w, device), name, args.all_layers)
     fn = {"eager": lambda: model, "compiled": lambda: torch.compile(model),
           "reduce-overhead": lambda: torch.compile(model, mode="reduce-overhead")}[mode]()
     opt = torch.optim.AdamW(model.parameters(), lr=LR, fused=cuda)
@@ -199,7 +218,7 @@ def run_variant(workload: str, name: str, mode: str, args, batches, recorder: Op
         opt.zero_grad(set_to_none=True)
         return loss.detach()
 
-    row = {"workload": workload, "variant": name, "mode": mode}
+    row = {"workload": workload, "variant": name, "mode": mode, "converted": converted(model)}
     t0 = time.perf_counter()
     losses = [step(0).item()]
     row["first_step_s"] = time.perf_counter() - t0
@@ -234,7 +253,7 @@ def reference(table: List[dict], row: dict, variant: str) -> Optional[dict]:
                  and x.get("variant") == variant and "ms" in x), None)
 
 
-def result_rows(env: dict, table: List[dict], w: Workload) -> List[dict]:
+def result_rows(env: dict, table: List[dict], w: Workload, all_layers: bool) -> List[dict]:
     """The results.csv rows of one workload's table, with ratios against the anchor and torchao
     tensorwise in the same mode (``ratio > 1``: better than the anchor)."""
     rows = []
@@ -242,7 +261,9 @@ def result_rows(env: dict, table: List[dict], w: Workload) -> List[dict]:
     for r in table:
         if "ms" not in r:
             continue
-        variant = f"{'' if r['variant'] in (anchor, *TORCHAO_NAMES) else 'lowbit '}{r['variant']} {r['mode']}"
+        lowbit_fmt = r["variant"] not in (anchor, *TORCHAO_NAMES)
+        variant = (f"{'lowbit ' if lowbit_fmt else ''}{r['variant']}{' all-layers' if lowbit_fmt and all_layers else ''}"
+                   f" {r['mode']}")
         for metric, key in (("step_ms", "ms"), ("peak_GiB", "GiB")):
             if key not in r:
                 continue
@@ -289,6 +310,8 @@ def add_options(p) -> None:
     p.add_argument("--torchao", default=None, help="torchao float8 recipes, '' for none (default tensorwise,rowwise; "
                                                    "--quick: tensorwise)")
     p.add_argument("--steps", type=int, default=None, help="timed steps (default 20, --quick 8)")
+    p.add_argument("--all-layers", action="store_true", help="lowbit converts every Linear but the head "
+                                                                 "(no size rule)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
 
 
@@ -328,12 +351,12 @@ def main() -> List[dict]:
                                                                    if k not in ("workload", "mode", "variant")),
                       flush=True)  # a time limit loses no row
                 free_memory(args.device)
-        rows += result_rows(env, wtable, w)
+        rows += result_rows(env, wtable, w, args.all_layers)
         table += wtable
     append_results(rows, args.out)
     write_json(args.out, "step", {"env": env, "table": table, "rows": rows})
     print(env)
-    print_table(table, ["workload", "mode", "variant", "ms", "vs_anchor", "vs_torchao", "GiB", "loss", "loss_rel_diff",
+    print_table(table, ["workload", "mode", "variant", "converted", "ms", "vs_anchor", "vs_torchao", "GiB", "loss", "loss_rel_diff",
                         "loss_ok", "first_step_s", "cudagraph_skips", "skip_reasons", "error"])
     return rows
 

@@ -43,6 +43,8 @@ def test_tiny_eager_run_writes_well_formed_rows(tmp_path, monkeypatch):
     assert not any(r["metric"] == "peak_GiB" for r in rows)  # no CUDA allocator on the CPU
     table = json.loads((tmp_path / "step.json").read_text())["table"]
     assert [t["variant"] for t in table] == ["fp32", "fp8-current"] and not any("error" in t for t in table)
+    n = 7 * step.WORKLOADS["tiny"].layers + 1  # q, k, v, o, gate, up, down per layer; the LM head
+    assert [t["converted"] for t in table] == [f"0/{n}", f"{n - 1}/{n}"]  # the default filter keeps the head
     for t in table:  # both train: the loss after the timed steps is below the first step's
         assert t["loss"] < t["loss0"], t
     assert table[1]["loss_ok"] is True
@@ -55,5 +57,5 @@ def test_skip_recorder_hears_inductor_cudagraph_skips():
         log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to cpu device (arg0_1)\n  stack")
         cudagraphs_log.warning("recording a graph")  # not a skip
     finally:
-        cudagraphs_log.removeHandler(rec)
+        rec.uninstall()
     assert rec.reasons == ["skipping cudagraphs due to cpu device (arg0_1)"]
