@@ -23,8 +23,10 @@ What is skipped, with one warning listing every skipped layer and why:
 
 * by the default filter: the output head, i.e. every layer whose own name (last dotted
   component) is one of ``HEAD_NAMES`` (``lm_head``, ``head``, ``classifier``, ``output``,
-  ``score``), and nothing by position (a bare ``nn.Linear`` or the last layer of an MLP converts).
-  A user filter replaces this rule (True converts): ``filter(name, module) -> bool``, or
+  ``score``), and nothing by position (a bare ``nn.Linear`` or the last layer of an MLP converts);
+  and layers too small to gain from the format on their device (``lowbit.sizing``: thresholds on
+  K and N measured on Hopper; no size rule on the CPU). A user filter replaces both rules (True
+  converts): ``filter(name, module) -> bool``, or
   torchao's ``module_filter_fn(module, fqn) -> bool`` (the same question, arguments in torchao's
   order; give one of the two). A head that shares its weight with the embedding is skipped as
   tied (below) whatever the filter says;
@@ -63,6 +65,7 @@ from torch import nn
 from .nn.linear import STATE_NAME, Linear, LowbitModule, TransposedLinear, is_hf_conv1d, is_state_key
 from .nn.spec import backend_problem, dtype_problem, shape_problem
 from .scaling.recipes import MX, NV, Blockwise, Current, Delayed, Recipe, Rowwise
+from .sizing import size_problem
 
 __all__ = ["convert", "unconvert", "plain_state_dict", "FORMATS", "HEAD_NAMES", "recipe_for"]
 
@@ -147,6 +150,8 @@ def _plan(model: nn.Module, recipe: Recipe, filter, backend: str):
                 why = None if filter(name, mod) else "excluded by filter"
             elif name.rsplit(".", 1)[-1] in HEAD_NAMES:
                 why = "output head (default filter: named " + "/".join(HEAD_NAMES) + ")"
+            else:
+                why = size_problem(recipe, *_dims(mod), mod.weight.device, backend)
         if why:
             skipped.append((name, why))
         else:

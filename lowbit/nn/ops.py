@@ -32,6 +32,13 @@ bit and a checkpoint carries it.
 
 The ops return plain tensors (payload and scales); ``functional.py`` holds them for backward.
 The fake implementations run the same code on fake tensors with the "torch" backend.
+
+E8M0 scales (MX recipes) cross the op boundary as their uint8 bits (``_e8m0_as_bits``,
+``_bits_as_e8m0``: free views): inductor declines every pattern on a node that reads or writes
+``torch.float8_e8m0fnu`` (only views, cat, clone and ``_scaled_mm`` may touch it), so the
+functionalized op node of a mutating op with an E8M0 output or input is never decomposed and
+compilation stops in its post-grad passes ("auto_functionalized_v2 was not removed"). Eager mode
+calls the Python implementations (``EAGER``) and sees E8M0 throughout.
 """
 from __future__ import annotations
 
@@ -74,6 +81,16 @@ def _states(recipe, tensors: List[T], roles, prime: Tuple[bool, ...], primed_by:
 
 def _empty(x: T, dtype=torch.float32) -> T:
     return x.new_empty((0,), dtype=dtype)
+
+
+def _e8m0_as_bits(ts) -> tuple:
+    """What an op returns: E8M0 tensors as their uint8 bits (see the module docstring)."""
+    return tuple(t.view(torch.uint8) if t.dtype == torch.float8_e8m0fnu else t for t in ts)
+
+
+def _bits_as_e8m0(scale: T) -> T:
+    """A scale as an op takes it: uint8 bits back to E8M0 (no scale is ever uint8 otherwise)."""
+    return scale.view(torch.float8_e8m0fnu) if scale.dtype == torch.uint8 else scale
 
 
 def _fake_mode(*ts) -> bool:
@@ -120,10 +137,14 @@ def fp8_linear_fwd(x: T, w: T, bias: Optional[T], state: List[T], recipe: str, b
                    need_xt: bool, need_wt: bool, prime_x: bool, prime_w: bool) -> Tuple[T, T, T, T, T]:
     """``y = x w^T + bias`` -> (y, x^T data, x^T scale, w^T data, w^T scale) (empty when not needed);
     ``prime_*``: the cold start of that role's delayed scale (from the tensor's own amax)."""
-    return _fp8_fwd(x, w, bias, state, recipe, backend, need_xt, need_wt, prime_x, prime_w)
+    return _graph_fp8_fwd(x, w, bias, state, recipe, backend, need_xt, need_wt, prime_x, prime_w)
 
 
-fp8_linear_fwd.register_fake(_fp8_fwd)
+def _graph_fp8_fwd(*args):
+    return _e8m0_as_bits(_fp8_fwd(*args))
+
+
+fp8_linear_fwd.register_fake(_graph_fp8_fwd)
 
 
 def _fp8_bwd(g, xt_data, xt_scale, wt_data, wt_scale, state, recipe_s, backend, x_dtype, w_dtype,
@@ -147,11 +168,15 @@ def fp8_linear_bwd(g: T, xt_data: T, xt_scale: T, wt_data: T, wt_scale: T, state
                    backend: str, x_dtype: torch.dtype, w_dtype: torch.dtype, need_dx: bool,
                    need_dw: bool, prime_g: bool) -> Tuple[T, T]:
     """(dgrad ``g w``, wgrad ``g^T x``) from the saved FP8 operands; empty when not needed."""
-    return _fp8_bwd(g, xt_data, xt_scale, wt_data, wt_scale, state, recipe, backend, x_dtype, w_dtype,
-                    need_dx, need_dw, prime_g)
+    return _graph_fp8_bwd(g, xt_data, xt_scale, wt_data, wt_scale, state, recipe, backend, x_dtype, w_dtype,
+                          need_dx, need_dw, prime_g)
 
 
-fp8_linear_bwd.register_fake(_fp8_bwd)
+def _graph_fp8_bwd(g, xt_data, xt_scale, wt_data, wt_scale, *rest):
+    return _fp8_bwd(g, xt_data, _bits_as_e8m0(xt_scale), wt_data, _bits_as_e8m0(wt_scale), *rest)
+
+
+fp8_linear_bwd.register_fake(_graph_fp8_bwd)
 
 
 # ---- FP4 -------------------------------------------------------------------------------------
@@ -191,10 +216,14 @@ def _fp4_fwd(x, w, bias, signs, recipe_s, backend, need_xt, need_wt):
 def fp4_linear_fwd(x: T, w: T, bias: Optional[T], signs: Optional[T], recipe: str, backend: str,
                    need_xt: bool, need_wt: bool) -> Tuple[T, T, T, T, T, T, T]:
     """``y = x w^T + bias`` -> (y, x^T (codes, block scales, global scale), w^T (same three))."""
-    return _fp4_fwd(x, w, bias, signs, recipe, backend, need_xt, need_wt)
+    return _graph_fp4_fwd(x, w, bias, signs, recipe, backend, need_xt, need_wt)
 
 
-fp4_linear_fwd.register_fake(_fp4_fwd)
+def _graph_fp4_fwd(*args):
+    return _e8m0_as_bits(_fp4_fwd(*args))
+
+
+fp4_linear_fwd.register_fake(_graph_fp4_fwd)
 
 
 def _fp4_operand(q, s, g, recipe, role, dtype) -> FP4Tensor:
@@ -207,9 +236,10 @@ def _fp4_bwd(g, xq, xs, xg, wq, ws, wg, signs, step, seed, recipe_s, backend, x_
     recipe = decode(recipe_s)
     fake, backend = _fake_mode(g), _backend(backend, g)
     gen = None
-    if isinstance(recipe, NV) and recipe.sr_grads and not fake:
-        gen = sr_generator(g.device, seed, int(step.item()))
-    step.add_(1)
+    if step is not None:  # stochastic rounding (NV's sr_grads): the counter of LinearState.sr_step
+        if not fake:
+            gen = sr_generator(g.device, seed, int(step.item()))
+        step.add_(1)
     dx = dw = _empty(g)
     if need_dx:
         qg = quantize_fp4(g, recipe, "grad", generator=gen, backend=backend)
@@ -222,15 +252,20 @@ def _fp4_bwd(g, xq, xs, xg, wq, ws, wg, signs, step, seed, recipe_s, backend, x_
 
 
 @torch.library.custom_op("lowbit::fp4_linear_bwd", mutates_args=("step",))
-def fp4_linear_bwd(g: T, xq: T, xs: T, xg: T, wq: T, ws: T, wg: T, signs: Optional[T], step: T, seed: int,
-                   recipe: str, backend: str, x_dtype: torch.dtype, w_dtype: torch.dtype, need_dx: bool,
-                   need_dw: bool) -> Tuple[T, T]:
-    """(dgrad, wgrad) from the saved FP4 operands; advances the stochastic-rounding ``step``."""
-    return _fp4_bwd(g, xq, xs, xg, wq, ws, wg, signs, step, seed, recipe, backend, x_dtype, w_dtype,
-                    need_dx, need_dw)
+def fp4_linear_bwd(g: T, xq: T, xs: T, xg: T, wq: T, ws: T, wg: T, signs: Optional[T], step: Optional[T],
+                   seed: int, recipe: str, backend: str, x_dtype: torch.dtype, w_dtype: torch.dtype,
+                   need_dx: bool, need_dw: bool) -> Tuple[T, T]:
+    """(dgrad, wgrad) from the saved FP4 operands; advances the stochastic-rounding ``step`` (None:
+    the recipe has no stochastic rounding)."""
+    return _graph_fp4_bwd(g, xq, xs, xg, wq, ws, wg, signs, step, seed, recipe, backend, x_dtype, w_dtype,
+                          need_dx, need_dw)
 
 
-fp4_linear_bwd.register_fake(_fp4_bwd)
+def _graph_fp4_bwd(g, xq, xs, xg, wq, ws, wg, *rest):
+    return _fp4_bwd(g, xq, _bits_as_e8m0(xs), xg, wq, _bits_as_e8m0(ws), wg, *rest)
+
+
+fp4_linear_bwd.register_fake(_graph_fp4_bwd)
 
 
 # The Python implementations behind the ops, for eager mode: ``functional`` calls these directly

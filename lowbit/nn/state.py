@@ -8,6 +8,8 @@
   stochastic rounding, the step counter of its generator (child ``sr``): a CPU int64 tensor that
   stays on the CPU when the model moves (so reading it never syncs a GPU), saved through
   ``get_extra_state`` as ``<layer>.lowbit_state.sr._extra_state``. ``seed`` tells the layers apart.
+  (Under ``torch.compile(mode="reduce-overhead")`` that CPU tensor is why inductor skips the CUDA
+  graph of an NV backward with SR; recipes without SR pass no counter at all.)
 * Other recipes are stateless.
 
 ``reset()`` puts every buffer back to its initial value (use it after ``to_empty()`` on a model
@@ -45,12 +47,12 @@ class LinearState(nn.Module):
             self.register_buffer("hadamard_signs", random_signs(HADAMARD_SEED, device), persistent=False)
         if isinstance(recipe, NV) and recipe.sr_grads:
             self.sr = SRCounter()
-        self._step_unused = torch.zeros((), dtype=torch.int64)
 
     @property
-    def sr_step(self) -> torch.Tensor:
-        """The stochastic-rounding step counter (a dummy for recipes without SR)."""
-        return self.sr.step if hasattr(self, "sr") else self._step_unused
+    def sr_step(self) -> Optional[torch.Tensor]:
+        """The stochastic-rounding step counter; None for recipes without SR (so their compiled
+        graphs take no CPU tensor: a CUDA graph can be captured)."""
+        return self.sr.step if hasattr(self, "sr") else None
 
     # ---- what the ops take -----------------------------------------------------------------
     def tensors(self) -> List[torch.Tensor]:
@@ -87,7 +89,8 @@ class LinearState(nn.Module):
                 getattr(self, role).primed = False
         if self.has_signs:
             self.hadamard_signs.copy_(random_signs(HADAMARD_SEED, self.hadamard_signs.device))
-        self.sr_step.zero_()
+        if hasattr(self, "sr"):
+            self.sr.step.zero_()
 
     def extra_repr(self) -> str:
         return f"recipe={self.recipe!r}, seed={self.seed}"

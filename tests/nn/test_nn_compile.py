@@ -108,3 +108,61 @@ def test_delayed_graphs_take_only_module_buffers_and_recompile_once_when_primed(
     with torch.no_grad():
         fresh(torch.randn(16, 32))
     assert fresh[0].lowbit_state.cold_start() == (False, False, True)
+
+
+def test_mx_recipes_compile_with_inductor_and_match_eager_bit_for_bit():
+    """MX scales are E8M0, on which inductor declines every pattern: a mutating custom op that
+    returned or took them stayed an ``auto_functionalized_v2`` node and compilation stopped in the
+    post-grad passes. The ops carry them as uint8 bits. One Linear without bias, x and W both
+    needing gradients (so the forward returns, and the backward takes, the E8M0 scales of both
+    saved operands): nothing outside the lowbit ops does arithmetic, so the compiled forward and
+    backward equal eager bit for bit."""
+    import copy
+    g = torch.Generator().manual_seed(3)
+    x0 = torch.randn(32, 64, generator=g)
+    gy = torch.randn(32, 32, generator=g)
+    for fmt in ("mxfp8", "mxfp4"):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        m = lowbit.convert(nn.Sequential(nn.Linear(64, 32, bias=False)), fmt, filter=lambda n, mod: True)
+        c = copy.deepcopy(m)
+        out = {}
+        for name, mod in (("eager", m), ("compiled", c)):
+            f = torch.compile(mod, fullgraph=True, backend="inductor") if name == "compiled" else mod
+            x = x0.clone().requires_grad_(True)
+            y = f(x)
+            y.backward(gy)
+            out[name] = (y.detach(), x.grad, mod[0].weight.grad)
+        assert all(torch.equal(a, b) for a, b in zip(out["eager"], out["compiled"])), fmt
+        assert all(t.abs().sum() > 0 for t in out["compiled"]), fmt
+
+
+def test_graphs_of_every_format_take_only_parameters_buffers_and_inputs():
+    """CUDA-graph preconditions of ``mode="reduce-overhead"`` that the CPU can check: every tensor
+    a compiled graph takes is a parameter or buffer of the model (they move with it to the GPU, and
+    inductor treats them as static) or the user's input; a tensor held any other way stays on the
+    CPU, and inductor skips the CUDA graph of a graph with a CPU tensor. After the first step no
+    format recompiles (Delayed compiles twice in step one's wake: cold start, then primed). The
+    one exception is NV's stochastic-rounding step counter, a CPU tensor by design (its generator
+    is seeded on the host): inductor skips the NV backward's CUDA graph."""
+    from lowbit.convert import FORMATS
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(example_inputs)
+        return gm.forward
+    for fmt in FORMATS:
+        torch._dynamo.reset()
+        graphs.clear()
+        m = lowbit.convert(nn.Sequential(nn.Linear(32, 32)), fmt, filter=lambda n, mod: True)
+        f = torch.compile(m, fullgraph=True, backend=record)
+        xs = [torch.randn(16, 32, requires_grad=True) for _ in range(3)]
+        for x in xs:
+            f(x).sum().backward()
+        owned = {id(t) for t in list(m.parameters()) + list(m.buffers()) + xs}
+        foreign = [t for ex in graphs for t in ex if isinstance(t, torch.Tensor) and id(t) not in owned]
+        if fmt == "nvfp4":
+            assert [id(t) for t in foreign] == [id(m[0].lowbit_state.sr.step)]
+        else:
+            assert not foreign, (fmt, [tuple(t.shape) for t in foreign])
+        assert len(graphs) == (2 if fmt == "fp8" else 1), (fmt, len(graphs))
