@@ -113,8 +113,9 @@ def _add_audit_model(audit_sub) -> None:
                    "N(0, 1) rows for the first Linear)")
     p.add_argument("--formats", help="comma-separated lowbit.convert formats (default: "
                    "fp8,fp8-rowwise,fp8-block,mxfp8,mxfp4,nvfp4)")
-    p.add_argument("--threshold", type=float, default=20.0,
-                   help="SQNR (dB) a format must keep for a layer to be recommended it (default 20)")
+    p.add_argument("--threshold", type=float, default=15.0,
+                   help="SQNR (dB) a format must keep (worst output channel, both gradients) for a layer to be "
+                        "recommended it (default 15)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_audit_model)
 

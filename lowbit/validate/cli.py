@@ -37,7 +37,7 @@ def run_audit_kernels(args) -> int:
         argv = ["audit", "kernels"] + (["--quick"] if args.quick else []) + (["--json"] if args.json else [])
         env = dict(os.environ, TRITON_INTERPRET="1")
         return subprocess.run([sys.executable, "-m", "lowbit.cli", *argv], env=env).returncode
-    from .audit_kernels import audit_kernels
+    from .kernel_audit import audit_kernels
     from .progress import progress_bar
     res = audit_kernels(quick=args.quick, progress=progress_bar("audit kernels"))
     print(res.to_json() if args.json else res.format())
@@ -89,7 +89,7 @@ def _default_batch(spec: str, model):
 
 
 def run_audit_model(args) -> int:
-    from .audit_model import DEFAULT_FORMATS, audit_model
+    from .model_audit import DEFAULT_FORMATS, audit_model
     from .progress import progress_bar
     try:
         factory = load_callable(args.model, "MODEL")

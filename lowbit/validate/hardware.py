@@ -37,7 +37,7 @@ __all__ = ["probe_bits", "probe_promotion", "audit_hardware", "HardwareAudit", "
            "PROMOTION_GAP"]
 
 PROMOTION_GAP = 22  # the small products of probe_promotion are 2^-22 of the big one
-_M = _N = 16
+_M = _N = 128  # 128 rows: scaled_mm takes its production (Gluon) path on sm_90 where it applies
 
 
 class NoGPU(RuntimeError):

@@ -1,7 +1,7 @@
 """What ``lowbit audit kernels`` runs: a registry of kernel checks and the rows they report.
 
 A ``KernelCheck`` names what it audits and has ``run(config) -> iterable of CheckResult``; the
-audit (``audit_kernels``) runs every check in ``CHECKS`` (``lowbit.validate.audit_kernels``) or the
+audit (``audit_kernels``) runs every check in ``CHECKS`` (``lowbit.validate.kernel_audit``) or the
 ones it is given. A ``CheckResult`` is one row of the report: kernel, backend, format, shape,
 inputs, the metric (``"max ULP"``: steps of the output format between the kernel's value and the
 correctly rounded one, limit 0 for casts; ``"bound ratio"``: max error / analytic bound, limit 1),

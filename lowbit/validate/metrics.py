@@ -128,7 +128,8 @@ def ulp_error(out: torch.Tensor, exact: torch.Tensor, fmt) -> torch.Tensor:
     o, e = torch.broadcast_tensors(out.to(torch.float64), exact.to(torch.float64))
     mag = e.abs()
     _, ex = torch.frexp(torch.where(mag > 0, mag, torch.ones_like(mag)))
-    step = torch.exp2((torch.clamp(ex.to(torch.float64) - 1, min=fmt.emin) - fmt.mbits))
+    lg = torch.where(mag > 0, ex.to(torch.float64) - 1, torch.full_like(mag, fmt.emin))  # floor(log2|v|)
+    step = torch.exp2(torch.clamp(lg, min=fmt.emin) - fmt.mbits)
     err = (o - e).abs() / step
     same = (o == e) | (torch.isnan(o) & torch.isnan(e))
     err = torch.where(same, torch.zeros_like(err), err)

@@ -103,7 +103,7 @@ def _ziv(evaluate, fmt: Format) -> list:
                 if prec < MAX_PREC:
                     break
                 a = _midpoint(lo, hi, a, b, fmt)
-            out.append(a + 0.0)  # an exact zero is +0
+            out.append(a if a != 0 else 0.0)  # an exact zero is +0
         else:
             return out
         prec *= 2
