@@ -20,7 +20,7 @@ import types
 
 from .scan import Report, scan_ptx
 
-__all__ = ["GluonSpec", "GLUON_SPECS", "scan_gluon", "gluon_unavailable", "is_gluon"]
+__all__ = ["GluonSpec", "GLUON_SPECS", "scan_gluon", "gluon_unavailable"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,10 +44,6 @@ GLUON_SPECS = (
     GluonSpec("lowbit.kernels.gemm_gluon_ws", "_fp8_gemm_ws_kernel", "compile_ws_for_sm90",
               (("mode", "blockwise_cols"), ("config", "ws_s3_ss"))),
 )
-
-
-def is_gluon(obj) -> bool:
-    return type(obj).__name__ == "GluonJITFunction"
 
 
 def gluon_unavailable(spec: GluonSpec, target: str):

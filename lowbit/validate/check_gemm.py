@@ -177,7 +177,7 @@ def _shapes(config: AuditConfig, recipe) -> list:
     small = (16, 48, 320 if isinstance(recipe, Blockwise) else 256)
     if config.quick:
         return [small]
-    return [small, (64, 64, 1024), (32, 32, 4096), (16, 32, 16384)]
+    return [small, (128, 128, 1024), (16, 32, 16384)]  # 128 x 128: the Gluon GEMMs on sm_90
 
 
 def run(config: AuditConfig) -> list:
@@ -195,6 +195,6 @@ def run(config: AuditConfig) -> list:
                                          torch.float32, config))
         if not config.quick and not plain_a and recipe.kind == "fp8":
             for backend in config.backends:
-                out.append(_run_case(label, recipe, role, plain_a, fast, backend, "random", 64, 64, 1024,
+                out.append(_run_case(label, recipe, role, plain_a, fast, backend, "random", 128, 128, 1024,
                                      torch.bfloat16, config))
     return out

@@ -9,8 +9,8 @@ table (kernel, backend, format, shape, inputs, max ULP or bound ratio, pass/fail
 
 ``quick`` (what CI runs): the adversarial inputs (which hold random rows too), 8x256 casts and
 16x48x256 GEMMs (K = 320 for blockwise: a partial chunk). Otherwise also random inputs, 256x1024
-casts (the oracle on a sample, every element against the torch reference), bf16 inputs, GEMMs at
-K = 1024, 4096 and 16384 and bf16 outputs.
+casts (the oracle on a sample, every element against the torch reference), bf16 inputs, GEMMs of
+128x128x1024 (the Gluon kernels' shapes on sm_90) and 16x32x16384, and bf16 outputs.
 """
 from __future__ import annotations
 

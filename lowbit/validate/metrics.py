@@ -8,8 +8,9 @@ Metrics (float64 results):
   emin) - mbits)``; a correctly rounded result has ``<= 0.5``. ``ulp_histogram`` counts them.
 * ``rel_frobenius(ref, approx) = ||ref - approx||_F / ||ref||_F``; ``sqnr_db(ref, approx) =
   10 log10(||ref||^2 / ||ref - approx||^2)``; ``sqnr_per_channel_db`` the same per slice.
-* ``matmul_error(out, a, b) = |out - a @ b|`` for operands held exactly in float64, each element the
-  correctly rounded float64 of the exact difference (Dekker's TwoProduct, then ``math.fsum``).
+* ``matmul_error(out, a, b)``: ``|out - a @ b|`` for operands held exactly in float64, from exact
+  products (Dekker's TwoProduct) summed in doubled precision (Sum2), as an upper bound within
+  2^-52 relative of the exact value (plus a ``(K 2^-52)^2 sum|a b|``-sized term).
 
 Bounds on ``|C - C*|`` for ``C* = a @ b`` (elementwise, float64; ``S = |a| @ |b|``):
 
@@ -45,6 +46,7 @@ import math
 from typing import Optional
 
 import mpmath
+import numpy as np
 import torch
 
 from ..dtypes.formats import FP16, BF16, FP32, Format, get_format
@@ -177,42 +179,48 @@ def sqnr_per_channel_db(ref: torch.Tensor, approx: torch.Tensor, dim: int = -1) 
 _SPLIT = 2.0 ** 27 + 1  # Veltkamp: x = hi + lo, hi with 26 bits, exact products hi*hi, hi*lo, lo*lo
 
 
-def _split(x):
-    c = _SPLIT * x
-    hi = c - (c - x)
-    return hi, x - hi
-
-
 def _two_product(a, b):
     """p + e == a * b exactly (float64, no overflow or underflow)."""
     p = a * b
-    ah, al = _split(a)
-    bh, bl = _split(b)
+    c = _SPLIT * a
+    ah = c - (c - a)
+    c = _SPLIT * b
+    bh = c - (c - b)
+    al, bl = a - ah, b - bh
     return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
 
 
+def _two_sum(a, b):
+    s = a + b
+    z = s - a
+    return s, (a - (s - z)) + (b - z)
+
+
 def matmul_error(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``|out - a @ b|`` (M, N), float64, each the correctly rounded exact difference.
+    """An upper bound (M, N) float64 on ``|out - a @ b|``, tight to 2^-52 relative plus
+    ``gamma(2K, 2^-53)^2 sum(|terms|)`` absolute.
 
     ``a`` (M, K) and ``b`` (K, N) hold their exact values in float64 (fp32 values, dequantized FP8/FP4
-    operands). NaN where ``out`` is NaN or the row of ``a`` / column of ``b`` holds a non-finite value."""
-    A, B, O = a.detach().cpu().to(torch.float64), b.detach().cpu().to(torch.float64), out.detach().cpu().to(torch.float64)
-    M, N = O.shape
-    err = torch.empty(M, N, dtype=torch.float64)
-    bad_col = ~torch.isfinite(B).all(0)
-    Bn = torch.nan_to_num(B, nan=0.0, posinf=0.0, neginf=0.0).numpy()
-    for i in range(M):
-        row = A[i]
-        if not bool(torch.isfinite(row).all()):
-            err[i] = math.nan
-            continue
-        p, e = _two_product(row.numpy()[:, None], Bn)  # (K, N)
-        terms = torch.cat([torch.from_numpy(-p), torch.from_numpy(-e)], 0).t().tolist()
-        o = O[i].tolist()
-        err[i] = torch.tensor([abs(math.fsum([o[j]] + terms[j])) if o[j] == o[j] else math.nan for j in range(N)],
-                              dtype=torch.float64)
-    err[:, bad_col] = math.nan
-    return err
+    operands). Each product is split exactly (Dekker's TwoProduct) and ``out - sum(p + e)`` summed
+    by Ogita-Rump-Oishi's Sum2 (TwoSum cascade: as accurate as doubled precision, then rounded), whose
+    error bound is added. NaN where ``out`` is NaN or the row of ``a`` / column of ``b`` holds a
+    non-finite value."""
+    A, B = (t.detach().cpu().to(torch.float64).numpy() for t in (a, b))
+    O = out.detach().cpu().to(torch.float64).numpy()
+    bad = np.isnan(O) | ~np.isfinite(A).all(1)[:, None] | ~np.isfinite(B).all(0)[None, :]
+    A, B = np.nan_to_num(A, nan=0.0, posinf=0.0, neginf=0.0), np.nan_to_num(B, nan=0.0, posinf=0.0, neginf=0.0)
+    s, c = np.where(bad, 0.0, O), np.zeros_like(O)
+    mag = np.abs(s)
+    for k in range(A.shape[1]):
+        p, e = _two_product(A[:, k:k + 1], B[k:k + 1, :])
+        s, q = _two_sum(s, -p)
+        c += q
+        s, q = _two_sum(s, -e)
+        c += q
+        mag += np.abs(p) + np.abs(e)
+    n = 2 * A.shape[1] + 1
+    err = np.abs(s + c) * (1 + 2.0 ** -52) + gamma(n, 2.0 ** -53) ** 2 * mag * (1 + n * 2.0 ** -52)
+    return torch.from_numpy(np.where(bad, np.nan, err))
 
 
 # ---- bounds ---------------------------------------------------------------------------------------------

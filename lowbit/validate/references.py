@@ -2,8 +2,9 @@
 
 Every function returns the exact mathematical result rounded once (round-to-nearest-even) to
 ``fmt``: a lowbit format ("fp32", "bf16", "e4m3", ...), ``"fp64"``, or an int ``p`` for a binary
-format of ``p`` significant bits (``precision(p)``, float64's exponent range). Values are Python
-floats (mpmath ``mpf`` for formats wider than float64; float64 tensors for ``attention``).
+format of ``p`` significant bits (``precision(p)``). Values are Python floats (for formats wider
+than float64: mpmath ``mpf`` numbers, rounded to ``p`` bits with an unbounded exponent; float64
+tensors for ``attention``).
 
 Method (Ziv's loop with rigorous enclosures): the result is evaluated in mpmath interval arithmetic
 (``mpmath.iv``, outward rounding) at ``prec`` bits; if both ends of the enclosure round to the same
@@ -46,7 +47,8 @@ _GUARD = 64  # bits beyond the format's precision at the first try
 
 
 def precision(p: int) -> Format:
-    """A binary format of ``p`` significant bits with float64's exponent range."""
+    """A binary format of ``p`` significant bits (float64's exponent range, which results wider than
+    float64 do not observe)."""
     if p < 2:
         raise ValueError(f"precision needs p >= 2 significant bits, got {p}")
     return Format(f"p{p}", 11, p - 1, 1023, description=f"{p}-bit significand")
@@ -84,7 +86,7 @@ def _same(a: float, b: float) -> bool:
 
 def _ziv(evaluate, fmt: Format) -> list:
     """Correctly rounded values of the exact results enclosed by ``evaluate() -> [interval]``
-    (called at growing working precision; None entries pass through as NaN)."""
+    (called at growing working precision)."""
     prec = fmt.mbits + 1 + _GUARD
     while True:
         saved, iv.prec = iv.prec, prec
@@ -94,9 +96,6 @@ def _ziv(evaluate, fmt: Format) -> list:
             iv.prec = saved
         out = []
         for r in rs:
-            if r is None:
-                out.append(math.nan)
-                continue
             lo, hi = _ends(r)
             a, b = _round(lo, fmt), _round(hi, fmt)
             if not _same(a, b):

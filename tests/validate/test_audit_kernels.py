@@ -41,41 +41,28 @@ def test_quick_audit_passes_with_its_json_schema(capsys):
     assert "audit kernels [" in out.err  # the progress bar
 
 
-def test_a_cast_one_code_off_fails_its_row(monkeypatch):
+def _flip_one_code(q):
+    bits = q._data.view(torch.uint8).clone()
+    bits.view(-1)[5] ^= 1  # the lowest mantissa bit of one element
+    return type(q)(bits.view(q._data.dtype), q._scale, q.block, q._orig_dtype)
+
+
+def _double_one_scale(q):
+    s = q._scale.float().clone()
+    s.view(-1)[0] *= 2
+    return type(q)(q._data, s.to(q._scale.dtype), q.block, q._orig_dtype)
+
+
+@pytest.mark.parametrize("recipe,mutate,value,words", [
+    (Current(), _flip_one_code, 1, "1 element(s) off the oracle"),
+    (MX(elem="e4m3"), _double_one_scale, 0, "1 of 64 block scales differ")])
+def test_a_planted_cast_fault_fails_its_row(monkeypatch, recipe, mutate, value, words):
     real = check_casts._cast_fn
-
-    def faulty(backend, api):
-        fn = real(backend, api)
-
-        def cast(x, recipe, role, state):
-            q = fn(x, recipe, role, state)
-            bits = q._data.view(torch.uint8).clone()
-            bits.view(-1)[5] ^= 1  # flip the lowest mantissa bit of one element
-            return type(q)(bits.view(q._data.dtype), q._scale, q.block, q._orig_dtype)
-        return cast
-    monkeypatch.setattr(check_casts, "_cast_fn", faulty)
-    x = torch.randn(8, 256)
-    r = check_casts._run_case("fp8-current", Current(), "input", "fp8", "torch", x, "random", torch.float32,
-                              AuditConfig(backends=("torch",)), {})
-    assert not r.passed and r.value == 1 and "1 element(s) off the oracle" in r.detail
-
-
-def test_a_wrong_block_scale_fails_its_row(monkeypatch):
-    real = check_casts._cast_fn
-
-    def faulty(backend, api):
-        fn = real(backend, api)
-
-        def cast(x, recipe, role, state):
-            q = fn(x, recipe, role, state)
-            s = q._scale.float().clone()
-            s.view(-1)[0] *= 2
-            return type(q)(q._data, s.to(q._scale.dtype), q.block, q._orig_dtype)
-        return cast
-    monkeypatch.setattr(check_casts, "_cast_fn", faulty)
-    r = check_casts._run_case("mxfp8", MX(elem="e4m3"), "input", "fp8", "torch", torch.randn(8, 256), "random",
+    monkeypatch.setattr(check_casts, "_cast_fn", lambda backend, api: (
+        lambda x, r, role, st: mutate(real(backend, api)(x, r, role, st))))
+    r = check_casts._run_case("planted", recipe, "input", "fp8", "torch", torch.randn(8, 256), "random",
                               torch.float32, AuditConfig(backends=("torch",)), {})
-    assert not r.passed and "1 of 64 block scales differ" in r.detail
+    assert not r.passed and r.value == value and words in r.detail
 
 
 @pytest.mark.parametrize("fault,words", [
@@ -101,7 +88,9 @@ def test_a_failing_check_gives_exit_1_and_a_fail_line(monkeypatch, capsys):
 
 
 def test_a_check_that_raises_is_a_failed_row(monkeypatch):
-    monkeypatch.setattr(lowbit.kernels, "scaled_mm", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(lowbit.kernels, "scaled_mm", boom)
     r = check_gemm._run_case("fp8-current", Current(), "input", False, False, "torch", "random", 16, 48, 256,
                              torch.float32, AuditConfig(backends=("torch",)))
     assert not r.passed and r.value == math.inf and "RuntimeError: boom" in r.detail

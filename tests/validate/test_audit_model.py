@@ -7,7 +7,6 @@ import os
 
 import pytest
 import torch
-from torch import nn
 
 from lowbit.cli import main
 from lowbit.scaling import MX

@@ -1,7 +1,6 @@
 """``lowbit audit hardware``: without a GPU it says so and exits 2; the probes' arithmetic recovers
 the accumulator of a simulated tensor core (bits kept, truncation or rounding, products per MMA
 group, promotion interval) exactly."""
-import types
 from fractions import Fraction
 
 import pytest
