@@ -1,4 +1,5 @@
-"""The ``lowbit`` command: ``lowbit --version``, ``lowbit formats``, ``lowbit demo``, ``lowbit audit fma``.
+"""The ``lowbit`` command: ``lowbit --version``, ``lowbit formats``, ``lowbit demo``, ``lowbit audit
+fma | kernels | model | hardware``.
 
 Each subcommand is a function ``_add_<name>(subparsers)`` that registers its parser and sets
 ``func``; heavy imports happen inside the handler, never at import time. A bad command line is
@@ -70,9 +71,10 @@ def _add_audit_fma(audit_sub) -> None:
         description="Compile a Triton kernel for sm_90 on the CPU and judge its PTX for FMA-contraction hazards "
                     "(exit 0 clean, 1 hazard found, 2 could not scan).")
     p.add_argument("kernel", nargs="?", metavar="FILE.py:KERNEL", help="the kernel to scan")
-    p.add_argument("--all", action="store_true", help="scan every kernel lowbit ships (lowbit.kernels SCAN_SPECS)")
+    p.add_argument("--all", action="store_true", help="scan every kernel lowbit ships (lowbit.kernels SCAN_SPECS and "
+                                                      "the Gluon kernels of lowbit.fma_guard.gluon.GLUON_SPECS)")
     p.add_argument("--package", default="lowbit.kernels",
-                   help="with --all: the package whose modules' SCAN_SPECS are scanned (default lowbit.kernels)")
+                   help="with --all: the package (or module) whose kernels are scanned (default lowbit.kernels)")
     p.add_argument("--signature", help='argument types: "X=*fp32,Y=*fp32,s=fp32", or positional "*fp32,*fp32,fp32" '
                                        "for the non-constexpr parameters in order (default: the file's SCAN_SPECS)")
     p.add_argument("--constexpr", action="append", default=[], metavar="NAME=VALUE",
@@ -86,11 +88,69 @@ def _add_audit_fma(audit_sub) -> None:
     p.set_defaults(func=_cmd_audit_fma)
 
 
+def _cmd_audit_kernels(args) -> int:
+    from .validate.cli import run_audit_kernels
+    return run_audit_kernels(args)
+
+
+def _add_audit_kernels(audit_sub) -> None:
+    p = audit_sub.add_parser(
+        "kernels", help="every shipped kernel against exact (mpmath) references: max ULP / bound ratio, pass/fail",
+        description="Run lowbit's casts and GEMMs (Triton natively on a GPU, in Triton's interpreter on the CPU, "
+                    "and the torch emulation) on random and adversarial inputs against exact references "
+                    "(exit 0 all passed, 1 a check failed).")
+    p.add_argument("--quick", action="store_true", help="small shapes only (what CI runs)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_audit_kernels)
+
+
+def _cmd_audit_model(args) -> int:
+    from .validate.cli import run_audit_model
+    return run_audit_model(args)
+
+
+def _add_audit_model(audit_sub) -> None:
+    p = audit_sub.add_parser(
+        "model", help="per-layer SQNR (worst channel too), saturation and a recommended format of a model",
+        description="One forward and backward of the model per format against a float64 copy: per Linear "
+                    "layer the SQNR of its output (and worst output channel), input and weight gradients, "
+                    "overflow/underflow fractions, ranked worst first, with a recommended format "
+                    "(exit 0 done, 2 could not run).")
+    p.add_argument("model", metavar="MODULE:FACTORY", help="a function returning the model (FILE.py:NAME too)")
+    p.add_argument("--batch", metavar="MODULE:FN", help="a function returning the batch: a tensor, a tuple of "
+                   "positional args or a dict of keyword args (default: make_batch next to the factory, else "
+                   "N(0, 1) rows for the first Linear)")
+    p.add_argument("--formats", help="comma-separated lowbit.convert formats (default: "
+                   "fp8,fp8-rowwise,fp8-block,mxfp8,mxfp4,nvfp4)")
+    p.add_argument("--threshold", type=float, default=15.0,
+                   help="SQNR (dB) a format must keep (worst output channel, both gradients) for a layer to be "
+                        "recommended it (default 15)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_audit_model)
+
+
+def _cmd_audit_hardware(args) -> int:
+    from .validate.cli import run_audit_hardware
+    return run_audit_hardware(args)
+
+
+def _add_audit_hardware(audit_sub) -> None:
+    p = audit_sub.add_parser(
+        "hardware", help="the GPU's tensor-core accumulator, measured (bits kept, FP32 promotion interval)",
+        description="Measure with crafted dot products how many bits the FP8 and bf16 tensor-core dot keeps and "
+                    "whether lowbit's and cuBLAS's FP8 GEMMs promote to FP32 (exit 0 done, 2 no CUDA GPU).")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_audit_hardware)
+
+
 def _add_audit(sub) -> None:
-    p = sub.add_parser("audit", help="numerics audits (fma: FMA-contraction hazards in Triton kernels)")
+    p = sub.add_parser("audit", help="numerics audits: fma (FMA-contraction hazards), kernels, model, hardware")
     audit_sub = p.add_subparsers(dest="audit_command")
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
     _add_audit_fma(audit_sub)
+    _add_audit_kernels(audit_sub)
+    _add_audit_model(audit_sub)
+    _add_audit_hardware(audit_sub)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -120,11 +120,12 @@ def run_audit_fma(args) -> int:
 
 
 def _audit_all(args) -> int:
+    from ..validate.progress import progress_bar
     from .shipped import scan_shipped
-    res = scan_shipped(args.package, target=args.arch)
+    res = scan_shipped(args.package, target=args.arch, progress=progress_bar("audit fma: compiling"))
     if args.json:
         print(json.dumps({"reports": [r.to_dict() for r in res.reports], "errors": res.errors,
-                          "missing": res.missing}, indent=1, default=str))
+                          "missing": res.missing, "not_scanned": res.not_scanned}, indent=1, default=str))
     else:
         print(res.format())
         if args.explain:

@@ -6,7 +6,9 @@ defines ``SCAN_SPECS``, a tuple of dicts ``{"kernel": <JITFunction>, "signature"
 compile configurations. ``collect_specs`` imports every module (import errors are reported, never
 swallowed), and lists as *missing* each JIT function defined there that no spec covers. A
 ``@triton.jit`` helper is covered when a spec'd kernel calls it (directly or through other helpers):
-it is inlined into, and so scanned with, that kernel.
+it is inlined into, and so scanned with, that kernel. Gluon kernels (``@gluon.jit``) are covered by
+the entries of ``gluon.GLUON_SPECS`` instead (compiled by their modules' own helpers); an entry that
+cannot compile here is listed as *not scanned*, with the reason.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pkgutil
 import traceback
 from typing import Mapping
 
+from .gluon import GLUON_SPECS, GluonSpec, gluon_unavailable, scan_gluon
 from .scan import Report, scan
 
 __all__ = ["ShippedSpec", "ShippedScan", "collect_specs", "scan_shipped"]
@@ -34,23 +37,28 @@ class ShippedSpec:
 
 @dataclasses.dataclass(frozen=True)
 class ShippedScan:
-    """Specs found, import/spec/compile errors ``(where, message)``, uncovered JIT functions
-    ``(module, name)``, and one report per spec."""
+    """Triton specs and Gluon entries found, import/spec/compile errors ``(where, message)``,
+    uncovered JIT functions ``(module, name)``, Gluon entries not scanned here ``(label, why)``,
+    and one report per scanned configuration."""
     specs: tuple[ShippedSpec, ...]
     errors: tuple[tuple[str, str], ...]
     missing: tuple[tuple[str, str], ...]
     reports: tuple[Report, ...] = ()
+    gluon: tuple[GluonSpec, ...] = ()
+    not_scanned: tuple[tuple[str, str], ...] = ()
 
     @property
     def ok(self) -> bool:
         return not self.errors and not self.missing and all(r.clean for r in self.reports)
 
     def format(self) -> str:
-        lines = [f"{len(self.specs)} kernel configuration(s) from lowbit.kernels: "
+        lines = [f"{len(self.specs) + len(self.gluon)} kernel configuration(s) from lowbit.kernels "
+                 f"({len(self.specs)} Triton, {len(self.gluon)} Gluon): "
                  f"{sum(not r.clean for r in self.reports)} with hazards, {len(self.errors)} error(s), "
-                 f"{len(self.missing)} JIT function(s) without a scan spec"]
+                 f"{len(self.missing)} JIT function(s) without a scan spec, {len(self.not_scanned)} not scanned"]
         lines += [f"ERROR {where}: {msg}" for where, msg in self.errors]
         lines += [f"MISSING SCAN_SPECS entry: {mod}.{name}" for mod, name in self.missing]
+        lines += [f"NOT SCANNED {label}: {why}" for label, why in self.not_scanned]
         for r in self.reports:
             lines.append(("clean   " if r.clean else "HAZARD  ") + r.format())
         return "\n".join(lines)
@@ -59,7 +67,7 @@ class ShippedScan:
 def _pyfunc(obj):
     """The Python function behind a (possibly autotuned / interpreted) JIT function, else None."""
     for _ in range(8):
-        if type(obj).__name__ in ("JITFunction", "InterpretedFunction"):
+        if type(obj).__name__ in ("JITFunction", "InterpretedFunction", "GluonJITFunction"):
             fn = getattr(obj, "fn", None)
             return fn if hasattr(fn, "__code__") else None
         obj = getattr(obj, "fn", None)
@@ -69,8 +77,8 @@ def _pyfunc(obj):
 
 
 def _is_jit(obj) -> bool:
-    return type(obj).__name__ in ("JITFunction", "InterpretedFunction", "Autotuner", "Heuristics") \
-        and _pyfunc(obj) is not None
+    return type(obj).__name__ in ("JITFunction", "InterpretedFunction", "GluonJITFunction", "Autotuner",
+                                  "Heuristics") and _pyfunc(obj) is not None
 
 
 def _callees(fn) -> set:
@@ -139,26 +147,47 @@ def collect_specs(package: str = "lowbit.kernels") -> ShippedScan:
             if key not in seen_specs:  # a package re-exporting its modules' SCAN_SPECS lists them twice
                 seen_specs.add(key)
                 specs.append(spec)
+    collected = {m.__name__: m for m in modules}
+    gluon = tuple(g for g in GLUON_SPECS if g.module in collected)
+    kernels = [_pyfunc(s.kernel) for s in specs]
+    kernels += [_pyfunc(getattr(collected[g.module], g.kernel, None)) for g in gluon]
     covered = set()
-    for s in specs:
-        f = _pyfunc(s.kernel)
-        covered.add(f)
-        covered |= _callees(f)
+    for f in kernels:
+        if f is not None:
+            covered.add(f)
+            covered |= _callees(f)
     missing = tuple(sorted(v for f, v in defined.items() if f not in covered))
-    return ShippedScan(tuple(specs), tuple(errors), missing)
+    return ShippedScan(tuple(specs), tuple(errors), missing, gluon=gluon)
 
 
-def scan_shipped(package: str = "lowbit.kernels", *, target: str = "sm_90") -> ShippedScan:
-    """``collect_specs`` plus a fusion-on scan of every spec (compile errors become errors)."""
+def scan_shipped(package: str = "lowbit.kernels", *, target: str = "sm_90", progress=None) -> ShippedScan:
+    """``collect_specs`` plus a fusion-on scan of every spec and Gluon entry (compile errors become
+    errors); ``progress(i, n, name)`` is called before each compile."""
     found = collect_specs(package)
-    reports, errors = [], list(found.errors)
-    for s in found.specs:
+    reports, errors, not_scanned = [], list(found.errors), []
+    total = len(found.specs) + len(found.gluon)
+    for i, s in enumerate(found.specs):
+        if progress is not None:
+            progress(i, total, f"{s.module}.{s.name}")
         try:
             reports.append(scan(s.kernel, s.signature, s.constexprs, target=target, num_warps=s.num_warps,
                                 num_stages=s.num_stages))
         except Exception as e:  # noqa: BLE001
             errors.append((f"{s.module}.{s.name}", _short(e)))
-    return dataclasses.replace(found, errors=tuple(errors), reports=tuple(reports))
+    for j, g in enumerate(found.gluon):
+        if progress is not None:
+            progress(len(found.specs) + j, total, f"{g.module}.{g.label}")
+        why = gluon_unavailable(g, target)
+        if why is not None:
+            not_scanned.append((f"{g.module}.{g.label}", why))
+            continue
+        try:
+            reports.append(scan_gluon(g, target))
+        except Exception as e:  # noqa: BLE001
+            errors.append((f"{g.module}.{g.label}", _short(e)))
+    if progress is not None:
+        progress(total, total, "done")
+    return dataclasses.replace(found, errors=tuple(errors), reports=tuple(reports), not_scanned=tuple(not_scanned))
 
 
 def _short(e: BaseException) -> str:

@@ -184,12 +184,31 @@ def quantize_exact(x: Real, scale: Real, fmt, mode: str = "rne", saturate: bool 
     if isinstance(x, float) and isinstance(scale, float) and math.frexp(abs(scale))[0] == 0.5:
         q = x / scale  # a power-of-two scale: exact in float64 for every float32 x
         return round_to_format(round_to_format(q, FP32, "rne", saturate=False), fmt, mode, saturate)
+    if _is_fp32(x) and _is_fp32(scale) and scale != 0 and math.isfinite(scale):
+        # x / scale in float64 then to fp32 is the correctly rounded fp32 quotient: float64 carries
+        # 53 >= 2 * 24 + 2 bits, so the double rounding is innocuous (Figueroa 1995), subnormal
+        # fp32 quotients included (the quotient is never within 2^-53 relative of an fp32 midpoint)
+        q32 = round_to_format(x / scale, FP32, "rne", saturate=False)
+        return round_to_format(q32, fmt, mode, saturate)
     q = to_fraction(x) / to_fraction(scale)
     if q == 0 and (isinstance(x, float) and math.copysign(1.0, x) < 0) != (float(scale) < 0):
         q32 = -0.0
     else:
         q32 = round_to_format(q, FP32, "rne", saturate=False)
     return round_to_format(q32, fmt, mode, saturate)
+
+
+def _is_fp32(v) -> bool:
+    """A finite Python float that float32 holds exactly."""
+    if not isinstance(v, float) or not math.isfinite(v):
+        return False
+    if v == 0:
+        return True
+    m, e = math.frexp(abs(v))
+    if e > 128 or e < -148:
+        return False
+    keep = 24 if e >= -125 else 24 - (-125 - e)  # significant bits fp32 keeps in this binade
+    return (m * (1 << keep)).is_integer()
 
 
 def exact_dot(a: Iterable[Real], b: Iterable[Real]) -> mpmath.mpf:

@@ -1,5 +1,5 @@
-"""Every kernel lowbit ships is scanned (compiled for sm_90 on the CPU) and clean; the collector
-reports import failures, malformed SCAN_SPECS and kernels without a spec."""
+"""Every kernel lowbit ships, Triton and Gluon, is scanned (compiled for sm_90 on the CPU) and clean;
+the collector reports import failures, malformed SCAN_SPECS and kernels without a spec."""
 import os
 
 from lowbit.fma_guard import collect_specs, scan_shipped
@@ -25,6 +25,7 @@ def test_every_shipped_kernel_is_scanned_and_clean():
     res = scan_shipped()
     assert res.errors == (), res.format()
     assert res.missing == (), res.format()
-    assert len(res.reports) == len(res.specs)
+    assert len(res.reports) == len(res.specs) + len(res.gluon) and res.not_scanned == ()
+    assert {"_fp8_gemm_ws_kernel[tensorwise]", "_fp8_gemm_promote_kernel[blockwise]"} <= {r.kernel for r in res.reports}
     dirty = [r.format() for r in res.reports if not r.clean]
     assert not dirty, "\n".join(dirty)
