@@ -1,7 +1,7 @@
 """Cast checks: every quantize kernel of every recipe against the oracle, bit for bit.
 
 Expected results are computed here from the definitions alone (``lowbit/scaling/scales.py``'s
-docstring, DESIGN.md), independently of ``lowbit.scaling``'s code: block amax over finite |x| in
+docstring, docs/design.md), independently of ``lowbit.scaling``'s code: block amax over finite |x| in
 float64, the scale rule evaluated in exact rationals and rounded once to fp32 (E8M0, UE4M3 where the
 recipe says so), each element by ``oracle.quantize_exact``. Checked: every block scale (bit-equal,
 NaN = NaN), every element (``ulp_distance`` in the element format: 0 required, zeros with the same
