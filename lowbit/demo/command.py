@@ -1,4 +1,4 @@
-"""``lowbit demo [--formats fp8,nvfp4] [--size tiny|small|50m] [--steps N] [--seeds N] [--out DIR]``: train the
+"""``lowbit demo [--formats fp8,nvfp4] [--size tiny|small|50m] [--steps N] [--seeds N] [--out DIR] [--monitor]``: train the
 demo GPT in the baseline and each format, print the table last, write ``demo.json`` and
 ``demo_loss.png`` into ``--out`` (default: the current folder)."""
 from __future__ import annotations
@@ -27,6 +27,8 @@ def add_arguments(p) -> None:
     p.add_argument("--out", default=".", help="folder for demo.json and demo_loss.png")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--eager", action="store_true", help="CUDA: eager steps instead of CUDA-graph replay")
+    p.add_argument("--monitor", action="store_true",
+                   help="watch every run with lowbit.monitor: JSON lines in --out, its report after the table")
 
 
 def run(args) -> int:
@@ -35,7 +37,8 @@ def run(args) -> int:
     formats = tuple(f.strip() for f in args.formats.split(",") if f.strip())
     cfg = DemoConfig(formats=formats, size=args.size, steps=args.steps, batch=args.batch, seed=args.seed,
                      seeds=args.seeds, device=args.device, backend=args.backend, baseline=args.baseline,
-                     progress=not args.no_progress, graph=False if args.eager else None)
+                     progress=not args.no_progress, graph=False if args.eager else None,
+                     monitor=args.out if args.monitor else None)
     result = run_demo(cfg)
     os.makedirs(args.out, exist_ok=True)
     png = os.path.join(args.out, "demo_loss.png")
@@ -44,4 +47,7 @@ def run(args) -> int:
         json.dump(result, fh)
     print(f"wrote {png} ({result['png_writer']}) and {os.path.join(args.out, 'demo.json')}")
     print(table(result))
+    for r in result["runs"]:
+        if r.get("monitor"):
+            print(f"\n[{r['format']}] {r['monitor']['report']}")
     return 1 if any(r.get("error") for r in result["runs"]) else 0

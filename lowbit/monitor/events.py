@@ -10,8 +10,9 @@ as read back, a float64 array) into per-row figures and ``Event`` s:
   elements to zero (``value``: that fraction).
 
 A row noted as an alias (the same tensor was recorded by another row, ``registry``) takes that
-row's figures. Non-finite events are ordered by the clock ticket of their first non-finite record
-(aliases after the row they copy, deeper modules first on a tie), the others by row.
+row's figures. Non-finite events are ordered forward before backward, then by the clock ticket of
+their first non-finite record (each phase has its own buffer and clock; aliases after the row they
+copy, deeper modules first on a tie), the others by row.
 
 The culprit of a step is its first non-finite event whose module made the non-finite values from
 finite ones: in the forward, a non-finite ``output`` while every input and parameter is finite, or
@@ -99,11 +100,13 @@ def _resolve(rows: np.ndarray, aliases: Dict[int, Set[int]]) -> Tuple[np.ndarray
 
 
 def read_step(step: int, buf: np.ndarray, aliases: Dict[int, Set[int]], layout, thresholds: Thresholds) -> StepReport:
-    rows, alias_only = _resolve(buf[:-1], aliases)
+    """``buf``: (2, rows + 1, WIDTH), the forward and the backward buffer as read back."""
+    rows, alias_only = _resolve(np.where(layout.backward[:, None], buf[1, :-1], buf[0, :-1]), aliases)
     sites = layout.sites
     nf = rows[:, COL["nonfinite"]]
     bad = np.nonzero(nf > 0)[0]
-    order = sorted(bad, key=lambda i: (rows[i, COL["seq"]], alias_only[i], -sites[i].module.count("."), i))
+    order = sorted(bad, key=lambda i: (layout.backward[i], rows[i, COL["seq"]], alias_only[i],
+                                       -sites[i].module.count("."), i))
     events = [Event("nonfinite", step, sites[i].module, sites[i].phase, sites[i].tensor, float(nf[i])) for i in order]
     numel, nonzero = rows[:, COL["numel"]], rows[:, COL["nonzero"]]
     for i in np.nonzero(rows[:, COL["calls"]] > 0)[0]:

@@ -33,6 +33,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -66,6 +67,7 @@ class Layout:
         self.sites: List[Site] = []
         self.index: Dict[Tuple[str, str, str], int] = {}
         self.modules: Dict[str, List[int]] = {}
+        self.backward = np.zeros(0, dtype=bool)  # which rows are backward ones (set by layout_for)
 
     def add(self, site: Site) -> int:
         key = (site.module, site.phase, site.tensor)
@@ -202,12 +204,17 @@ def layout_for(model: nn.Module) -> Tuple[Layout, list]:
                 bs = lay.add(Site(name, "backward", pname))
             params.append((pname, p, fs, bs))
         plan.append((name, mod, cast, params))
+    lay.backward = np.array([s.phase == "backward" for s in lay.sites], dtype=bool)
     return lay, plan
 
 
 def install(mon, plan, lay: Layout) -> list:
-    """Register the hooks of monitor ``mon`` (its ``stats``, ``session``, flight retention);
-    returns the removable handles."""
+    """Register the hooks of monitor ``mon`` (its ``stats`` for the forward records, ``bstats``
+    for the backward ones, ``session``, flight retention); returns the removable handles.
+
+    Two buffers, because a compiled graph saves what ``Tap`` holds for its backward and checks its
+    version when the backward starts: the backward buffer is not written between the forward and
+    the backward, the forward one is (by every later record of the forward)."""
     handles = []
     for name, mod, cast, params in plan:
         handles += _module_hooks(mon, name, mod, cast, params, lay)
@@ -220,7 +227,7 @@ def install(mon, plan, lay: Layout) -> list:
 def _grad_hook(mon, slot):
     def hook(p):
         if p.grad is not None:
-            call_record(mon.stats, p.grad, mon.session.id, slot)
+            call_record(mon.bstats, p.grad, mon.session.id, slot)
     return hook
 
 
@@ -256,7 +263,8 @@ def _module_hooks(mon, name, mod, cast, params, lay: Layout):
             mon.retain_forward(name, module, args, kwargs)
         if not (torch.is_grad_enabled() and any(t.requires_grad for t in xs)):
             return None
-        tap = lambda t: Tap.apply(t, stats, sid, s_gin, None, "", "", False, None) if t.requires_grad else t  # noqa: E731
+        bstats = mon.bstats
+        tap = lambda t: Tap.apply(t, bstats, sid, s_gin, None, "", "", False, None) if t.requires_grad else t  # noqa: E731
         return map_tensors((args, kwargs), tap)
 
     def post(module, args, out):
@@ -270,7 +278,8 @@ def _module_hooks(mon, name, mod, cast, params, lay: Layout):
         if cast is not None and cast["delayed"]:
             scale_g, prime_g = cast["state"].grad.scale, bool(pending.get("cold", (False,) * 3)[2])
         keep = mon.keeper(name) if mon.retaining and not torch.compiler.is_compiling() else None
-        tap = lambda t: (Tap.apply(t, stats, sid, s_gout, scale_g, rk, "grad" if rk else "", prime_g, keep)  # noqa: E731
+        bstats = mon.bstats
+        tap = lambda t: (Tap.apply(t, bstats, sid, s_gout, scale_g, rk, "grad" if rk else "", prime_g, keep)  # noqa: E731
                          if t.requires_grad else t)
         return map_tensors(out, tap)
 

@@ -1,7 +1,8 @@
 """The statistics buffer and the one op that writes it: ``torch.ops.lowbit_monitor.record``.
 
-Layout: one float64 tensor ``(slots + 1, WIDTH)`` on the model's device, one row ("slot") per
-(module, phase, tensor), the last row holding the clock. Columns (``COL``):
+Layout: a float64 tensor ``(slots + 1, WIDTH)`` on the model's device (a monitor has two: the
+forward's and the backward's), one row ("slot") per (module, phase, tensor), the last row holding
+the clock. Columns (``COL``):
 
 =========  ==============================================================  ==========
 column     value over the step                                             combine
@@ -40,7 +41,6 @@ from typing import Optional
 
 import torch
 
-from ..dtypes.formats import get_format
 from ..dtypes.quantize import dequantize, quantize
 from ..nn.spec import decode
 from ..scaling.blocks import expand_scale

@@ -1,7 +1,8 @@
 """``Monitor``: what ``lowbit.monitor(model, ...)`` returns.
 
-A step's statistics accumulate on the device (``stats``); ``step()`` ends the step with one
-asynchronous copy of the whole buffer to the host (pinned memory on CUDA, a ring of two) and a
+A step's statistics accumulate on the device (``stats`` for the forward, ``bstats`` for the
+backward, see ``hooks.install``); ``step()`` ends the step by stacking both into one device buffer
+and one asynchronous copy of it to the host (pinned memory on CUDA, a ring of two) and a
 reset, then reads the step before: by then its copy has long landed, so nothing waits for the
 device but a CPU that ran more than one step ahead. Events, the culprit and the sinks come from
 that read. ``events``, ``first_nonfinite``, ``report()``, ``flush()`` and ``detach()`` read every
@@ -13,7 +14,7 @@ flight recorder (it must keep the culprit's tensors until it knows).
 do not call ``step()`` as well.
 
 torch.compile: attach before compiling, or pass the compiled model (``torch.compile(model)``'s
-wrapper, or a model compiled in place with ``model.compile()``): Dynamo does not guard on module
+wrapper, or a model with modules compiled in place by ``module.compile()``): Dynamo does not guard on module
 hooks, so attaching and detaching then reset its caches (``torch._dynamo.reset()``) and the next
 call traces again. (Hooks added to the plain model behind a compiled wrapper that has already run
 are not seen until such a reset.) The hooks, ``Tap`` and the record op trace without a graph break, the per-step
@@ -44,12 +45,13 @@ RING = 2
 
 
 def _unwrap(model: nn.Module):
-    """(the module to watch, whether it was compiled): ``torch.compile(model)``'s wrapper is
-    watched through the model it wraps; ``model.compile()`` compiles in place."""
+    """(the module to watch, whether any of it was compiled): ``torch.compile(model)``'s wrapper
+    is watched through the model it wraps; ``module.compile()`` compiles a module (or a block of
+    it: regional compilation) in place."""
     inner = getattr(model, "_orig_mod", None)
     if isinstance(inner, nn.Module):
         return inner, True
-    return model, getattr(model, "_compiled_call_impl", None) is not None
+    return model, any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules())
 
 
 def _device_of(model: nn.Module, device) -> torch.device:
@@ -86,10 +88,11 @@ class Monitor:
         self.device = _device_of(model, device)
         self.layout, plan = layout_for(model)
         n = len(self.layout.sites)
-        self.stats = new_buffer(n, self.device)
+        self.stats, self.bstats = new_buffer(n, self.device), new_buffer(n, self.device)  # forward, backward
         self._template = reset_template(n, self.device)
+        self._stage = torch.empty((2, *self.stats.shape), dtype=self.stats.dtype, device=self.device)
         pin = self.device.type == "cuda"
-        self._host = [torch.empty_like(self.stats, device="cpu", pin_memory=pin) for _ in range(RING)]
+        self._host = [torch.empty_like(self._stage, device="cpu", pin_memory=pin) for _ in range(RING)]
         self._pending: list = []  # (step, ring index, event or None, aliases)
         self._sinks = make_sinks(log)
         self._events: List[Event] = []
@@ -131,12 +134,14 @@ class Monitor:
             k = self.steps % RING
             if any(p[1] == k for p in self._pending):
                 self._read_all()
-            self._host[k].copy_(self.stats, non_blocking=True)
+            torch.stack((self.stats, self.bstats), out=self._stage)
+            self._host[k].copy_(self._stage, non_blocking=True)
             ev = None
             if self.device.type == "cuda":
                 ev = torch.cuda.Event()
                 ev.record()
             self.stats.copy_(self._template)
+            self.bstats.copy_(self._template)
             self._pending.append((self.steps, k, ev, self.session.new_step()))
         now = self.on_anomaly == "raise" or self.retaining
         self.steps += 1
