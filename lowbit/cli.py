@@ -97,7 +97,8 @@ def _add_replay(sub) -> None:
                                    "recorded and in float64, and show where they part (which op, which elements). "
                                    "The file is a pickle: replay only files you trust.")
     p.add_argument("file", help="the flight record (.pt)")
-    p.add_argument("--device", default="cpu", help="where to replay (default cpu: lowbit layers run the exact emulation)")
+    p.add_argument("--device", default="cpu",
+                   help="where to replay (default cpu: lowbit layers run the exact emulation)")
     p.set_defaults(func=_cmd_replay)
 
 

@@ -1,5 +1,5 @@
-"""``lowbit demo [--formats fp8,nvfp4] [--size tiny|small|50m] [--steps N] [--seeds N] [--out DIR] [--monitor]``: train the
-demo GPT in the baseline and each format, print the table last, write ``demo.json`` and
+"""``lowbit demo [--formats fp8,nvfp4] [--size tiny|small|50m] [--steps N] [--seeds N] [--out DIR]
+[--monitor]``: train the demo GPT in the baseline and each format, print the table last, write ``demo.json`` and
 ``demo_loss.png`` into ``--out`` (default: the current folder)."""
 from __future__ import annotations
 

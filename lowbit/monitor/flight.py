@@ -264,8 +264,9 @@ def replay(path: str, device="cpu") -> str:
         if part.any():
             ref = g_d.get(k)
             fin64 = ref is not None and bool(torch.isfinite(ref[part]).all())
-            lines.append(f"  {k}: {int(part.sum())} non-finite in the format ({'finite' if fin64 else 'also non-finite'}"
-                         f" in float64) at {_where(g, part, ref if fin64 else None)}")
+            also = "finite" if fin64 else "also non-finite"
+            lines.append(f"  {k}: {int(part.sum())} non-finite in the format ({also} in float64) at "
+                         f"{_where(g, part, ref if fin64 else None)}")
     lines.append("reproduced: " + ("yes" if n_f or any(_bad(g).any() for g in g_f.values()) else "no (the fault did "
                                    "not recur with these tensors)"))
     return "\n".join(lines)

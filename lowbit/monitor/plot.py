@@ -58,7 +58,8 @@ def plot(path: str, out: str, top: int = 12) -> str:
     ax1.set_yscale("log")
     ax1.set_xlabel("step")
     ax1.set_ylabel("amax (solid), scale x fmax (dashed)")
-    ax1.set_title("lowbit.monitor: casts' amax and range" + (f"; non-finite at steps {bad_steps[:8]}" if bad_steps else ""))
+    bad = f"; non-finite at steps {bad_steps[:8]}" if bad_steps else ""
+    ax1.set_title("lowbit.monitor: casts' amax and range" + bad)
     if keys:
         ax1.legend(fontsize=7, ncol=2)
     xs = range(len(keys))

@@ -48,7 +48,8 @@ from ..scaling.delayed import DelayedScalingState
 from ..scaling.recipes import NV, Delayed
 from .registry import SESSIONS
 
-__all__ = ["COL", "COLUMNS", "WIDTH", "new_buffer", "reset_template", "record", "record_impl", "cast_scale", "reduce_into"]
+__all__ = ["COL", "COLUMNS", "WIDTH", "new_buffer", "reset_template", "record", "record_impl", "cast_scale",
+           "reduce_into"]
 
 COLUMNS = ("nonfinite", "amax", "saturated", "underflow", "nonzero", "numel", "seq", "scale", "signal",
            "noise", "calls")

@@ -9,7 +9,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _text(cell):
-    return "".join(o.get("text", "") or "".join(o.get("data", {}).get("text/plain", "")) for o in cell.get("outputs", []))
+    outs = cell.get("outputs", [])
+    return "".join(o.get("text", "") or "".join(o.get("data", {}).get("text/plain", "")) for o in outs)
 
 
 def test_numerics_notebook_plants_a_nan_and_finds_it(monkeypatch, tmp_path):
