@@ -31,7 +31,7 @@ def monitor(model, every: int = 1, log=None, on_anomaly="warn", optimizer=None, 
     """Watch every module of ``model``: forward inputs, outputs and parameters, backward output and
     input gradients and parameter gradients, and for lowbit layers each cast (input, weight, grad)
     with its scale. Per step and tensor, on the device: NaN+Inf count, amax, and for casts the
-    fraction saturated (``|x / scale| > fmax``), the fraction of non-zeros flushed to zero, the
+    fraction saturated (``|x / scale|`` beyond what rounds to ``fmax``), the fraction of non-zeros flushed to zero, the
     scale, for delayed scaling how far the amax overshot the range the scale covers
     (``amax_ratio``), and with ``sqnr_every=N`` the SQNR in dB every N steps.
 

@@ -5,7 +5,7 @@ as read back, a float64 array) into per-row figures and ``Event`` s:
 
 * ``"nonfinite"``: the row saw NaN or +-inf (``value``: how many elements);
 * ``"overflow"``: a lowbit cast clips more than ``thresholds.overflow`` of the tensor
-  (``value``: that fraction, ``|x / scale| > fmax``);
+  (``value``: that fraction; ``stats.saturation_limit``);
 * ``"underflow"``: a lowbit cast flushes more than ``thresholds.underflow`` of the non-zero
   elements to zero (``value``: that fraction).
 

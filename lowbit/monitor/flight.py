@@ -174,7 +174,7 @@ def _run(module, args, kwargs, grads, log: bool):
 
 def _lowbit_stages(m, x: torch.Tensor) -> List[str]:
     from ..dtypes.quantize import dequantize, quantize
-    from .stats import cast_scale
+    from .stats import cast_scale, saturation_limit
     st, r = m.lowbit_state, m.recipe
     cold = st.cold_start()
     w = m.weight.t() if isinstance(m, TransposedLinear) else m.weight
@@ -185,7 +185,7 @@ def _lowbit_stages(m, x: torch.Tensor) -> List[str]:
         s, fmt = cast_scale(t, r, role, scale, prime)
         y = (t.float() / s).abs()
         dq = dequantize(quantize(t.float(), fmt, s), fmt, s)
-        sat, bad_in, bad_out = (y > fmt.max) & torch.isfinite(t), _bad(t), _bad(dq)
+        sat, bad_in, bad_out = (y > saturation_limit(fmt)) & torch.isfinite(t), _bad(t), _bad(dq)
         flushed = (t != 0) & (dq == 0)
         line = (f"  cast {role} ({fmt.name}, scale {float(s.max()):.4g}): {int(sat.sum())} saturated, "
                 f"{int(flushed.sum())} flushed to 0, {int(bad_in.sum())} non-finite in, {int(bad_out.sum())} out")

@@ -208,20 +208,19 @@ def layout_for(model: nn.Module) -> Tuple[Layout, list]:
     return lay, plan
 
 
-def install(mon, plan, lay: Layout) -> list:
+def install(mon, plan, lay: Layout, handles: list) -> None:
     """Register the hooks of monitor ``mon`` (its ``stats`` for the forward records, ``bstats``
-    for the backward ones, ``session``, flight retention); returns the removable handles.
+    for the backward ones, ``session``, flight retention), appending the removable handles to
+    ``handles`` as they are made.
 
     Two buffers, because a compiled graph saves what ``Tap`` holds for its backward and checks its
     version when the backward starts: the backward buffer is not written between the forward and
     the backward, the forward one is (by every later record of the forward)."""
-    handles = []
     for name, mod, cast, params in plan:
         handles += _module_hooks(mon, name, mod, cast, params, lay)
         for pname, p, fs, bs in params:
             if bs is not None:
                 handles.append(p.register_post_accumulate_grad_hook(_grad_hook(mon, bs)))
-    return handles
 
 
 def _grad_hook(mon, slot):

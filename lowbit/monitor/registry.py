@@ -42,10 +42,10 @@ class Session:
         self.sqnr_due = False
         self.window: list = []  # [(tensor, key, slot)]
         self.aliases: Dict[int, Set[int]] = {}
-        self._warned_devices: set = set()
+        self._warned: set = set()
 
     def seen(self, x: torch.Tensor, slot: int) -> bool:
-        if _capturing() or not self.window:
+        if _capturing() or not self.window or x.is_inference():
             return False
         k = _key(x)
         for t, key, src in self.window:
@@ -56,7 +56,7 @@ class Session:
         return False
 
     def remember(self, x: torch.Tensor, slot: int) -> None:
-        if _capturing():
+        if _capturing() or x.is_inference():  # (inference tensors have no version counter)
             return
         self.window.append((x, _key(x), slot))
         if len(self.window) > WINDOW:
@@ -68,12 +68,14 @@ class Session:
         out, self.aliases = self.aliases, {}
         return out
 
+    def warn_once(self, key, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(f"lowbit.monitor ({self.name}): {message}", stacklevel=3)
+
     def warn_device(self, device: torch.device) -> None:
-        if device not in self._warned_devices:
-            self._warned_devices.add(device)
-            warnings.warn(f"lowbit.monitor ({self.name}): a tensor on {device} but the statistics live on another "
-                          "device; each record is copied over (a host sync). Attach the monitor after moving the "
-                          "model, or pass device=.", stacklevel=3)
+        self.warn_once(device, f"a tensor on {device} but the statistics live on another device; each record is "
+                               "copied over (a host sync). Attach the monitor after moving the model, or pass device=.")
 
 
 class SessionRegistry:

@@ -9,8 +9,9 @@ column     value over the step                                             combi
 =========  ==============================================================  ==========
 nonfinite  elements that are NaN or +-inf                                  sum
 amax       max |x| over the finite elements (0 when none)                  max
-saturated  elements a lowbit cast clips: ``|x / scale| > fmax`` (+-inf     sum
-           included: the cast saturates them; NaN is not)
+saturated  elements a lowbit cast clips: ``|x / scale|`` above             sum
+           ``saturation_limit(fmt)``, where round-to-nearest-even would
+           leave the format's range (+-inf included; NaN is not)
 underflow  non-zero elements the cast flushes to zero: ``x != 0`` and      sum
            ``|x / scale| <= min_subnormal / 2`` (round-to-nearest-even)
 nonzero    elements ``!= 0`` (the underflow fraction's denominator)         sum
@@ -37,8 +38,10 @@ tensor (``stats_kernel``); elsewhere, for float64 and for block-scaled casts, to
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
+import numpy as np
 import torch
 
 from ..dtypes.quantize import dequantize, quantize
@@ -49,7 +52,7 @@ from ..scaling.recipes import NV, Delayed
 from .registry import SESSIONS
 
 __all__ = ["COL", "COLUMNS", "WIDTH", "new_buffer", "reset_template", "record", "record_impl", "cast_scale",
-           "reduce_into"]
+           "reduce_into", "saturation_limit"]
 
 COLUMNS = ("nonfinite", "amax", "saturated", "underflow", "nonzero", "numel", "seq", "scale", "signal",
            "noise", "calls")
@@ -73,6 +76,18 @@ def new_buffer(n_slots: int, device) -> torch.Tensor:
         import torch._dynamo
         torch._dynamo.mark_static_address(buf)
     return buf
+
+
+@functools.lru_cache(maxsize=None)
+def saturation_limit(fmt) -> float:
+    """The largest ``|y|`` that round-to-nearest-even still puts on ``fmt``'s grid (at most
+    ``fmax``): ``fmax + ulp / 2`` when that tie rounds down to ``fmax`` (its mantissa is even),
+    the fp32 number below it when the tie rounds up (E5M2, E2M1). Above it, the cast saturates."""
+    ulp = 2.0 ** (fmt.emax - fmt.mbits)
+    lim = np.float32(fmt.max + ulp / 2)
+    if int(fmt.max / ulp) % 2:
+        lim = np.nextafter(lim, np.float32(0))
+    return float(lim)
 
 
 def cast_scale(x2d: torch.Tensor, recipe, role: str, scale: Optional[torch.Tensor], prime: bool):
@@ -109,7 +124,7 @@ def _reference(x: torch.Tensor, scale, fmt, sqnr: bool) -> torch.Tensor:
     if scale is not None:
         y = (a.to(torch.float32) / scale).abs()
         nz = a != 0
-        v[COL["saturated"]] = (y > fmt.max).sum()
+        v[COL["saturated"]] = (y > saturation_limit(fmt)).sum()
         v[COL["underflow"]] = (nz & (y <= fmt.min_subnormal / 2)).sum()
         v[COL["nonzero"]] = nz.sum()
         v[COL["scale"]] = scale.amax() if scale.numel() else 1.0
@@ -154,14 +169,17 @@ def record_impl(stats: torch.Tensor, x: torch.Tensor, session: int, slot: int, s
     sess = SESSIONS.get(session)
     if sess is None or not sess.active or x.numel() == 0 or x.dtype not in STAT_DTYPES:
         return
+    x = x.detach()
     if dedupe and not recipe and sess.seen(x, slot):
         return
     cast = fmt = None
     if recipe:
-        r = decode(recipe)
         x2d = x.reshape(-1, x.shape[-1]) if x.dim() else x.reshape(1, 1)
-        cast, fmt = cast_scale(x2d, r, role, scale, prime)
-        x = x2d
+        try:
+            cast, fmt = cast_scale(x2d, decode(recipe), role, scale, prime)
+            x = x2d
+        except Exception as e:  # a tensor the recipe's scale math can't take: its plain figures only
+            sess.warn_once(("cast", slot), f"no cast statistics for row {slot} ({role}): {type(e).__name__}: {e}")
     kernel = sess.kernel
     if x.device != stats.device:  # a model moved after attaching, or one without parameters
         sess.warn_device(x.device)

@@ -3,8 +3,8 @@
 Each program walks the flat tensor in ``BLOCK``-element tiles, grid-strided, and keeps per-lane
 counters (int32) and the per-lane finite max in fp32; then it adds its totals to the row with
 float64 atomics (counts are integers: the sum is exact in any order) and takes the max with an
-atomic max. With a tensorwise ``scale`` it also counts ``|x / scale| > fmax`` (saturated, the
-quotient rounded as IEEE fp32 division, ``div_rn``) and ``x != 0 and |x / scale| <= tiny``
+atomic max. With a tensorwise ``scale`` it also counts ``|x / scale| > limit`` (saturated:
+``stats.saturation_limit``; the quotient rounded as IEEE fp32 division, ``div_rn``) and ``x != 0 and |x / scale| <= tiny``
 (flushed to zero; ``tiny = min_subnormal / 2``). A program that saw a non-finite element takes a
 clock ticket (``atomic_add(clock, 1)``) and keeps the smallest in ``seq``: the kernels of one
 stream run one after the other, so every ticket of an earlier record is smaller. Program 0 adds
@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from ..kernels.triton.runtime import cdiv, interpreting, runnable, sm_count
-from .stats import COL
+from .stats import COL, saturation_limit
 
 __all__ = ["launch", "BLOCK"]
 
@@ -31,7 +31,7 @@ PROGRAMS_PER_SM = 4
 
 
 @triton.jit
-def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, fmax, tiny,
+def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, limit, tiny,
                   C_NF: tl.constexpr, C_AMAX: tl.constexpr, C_SAT: tl.constexpr, C_UF: tl.constexpr,
                   C_NZ: tl.constexpr, C_NUMEL: tl.constexpr, C_SEQ: tl.constexpr, C_SCALE: tl.constexpr,
                   C_CALLS: tl.constexpr, HAS_SCALE: tl.constexpr, BLOCK: tl.constexpr):
@@ -56,7 +56,7 @@ def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, fmax, tiny,
         if HAS_SCALE:
             y = tl.abs(tl.math.div_rn(x, s))
             nonzero = a != 0.0
-            sat += (y > fmax).to(tl.int32)
+            sat += (y > limit).to(tl.int32)
             uf += (nonzero & (y <= tiny)).to(tl.int32)
             nz += nonzero.to(tl.int32)
     n_nf = tl.sum(nf, axis=0)
@@ -110,7 +110,7 @@ def launch(stats: torch.Tensor, slot: int, x: torch.Tensor, scale: Optional[torc
     s = scale.reshape(()).to(torch.float32) if has_scale else stats  # any pointer when unused
     runnable(_stats_kernel)[grid](
         flat, n, stats[slot], stats[-1], s,
-        float(fmt.max) if has_scale else 0.0, float(fmt.min_subnormal) / 2 if has_scale else 0.0,
+        saturation_limit(fmt) if has_scale else 0.0, float(fmt.min_subnormal) / 2 if has_scale else 0.0,
         COL["nonfinite"], COL["amax"], COL["saturated"], COL["underflow"], COL["nonzero"], COL["numel"],
         COL["seq"], COL["scale"], COL["calls"], HAS_SCALE=has_scale, BLOCK=BLOCK, num_warps=8)
     return True

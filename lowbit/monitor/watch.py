@@ -106,9 +106,14 @@ class Monitor:
         self._kept_fwd: dict = {}
         self._kept_bwd: dict = {}
         self.flight_saved: Optional[str] = None
-        self._handles = install(self, plan, self.layout)
-        if optimizer is not None:
-            self._handles.append(optimizer.register_step_pre_hook(lambda opt, args, kwargs: self.step()))
+        self._handles = []
+        try:
+            install(self, plan, self.layout, self._handles)
+            if optimizer is not None:
+                self._handles.append(optimizer.register_step_pre_hook(lambda opt, args, kwargs: self.step()))
+        except BaseException:
+            self.detach()
+            raise
         self._set_switches()
         self._retrace()
 
@@ -226,8 +231,11 @@ class Monitor:
     def _save_flight(self, culprit: Event) -> None:
         from .flight import save
         module = dict(self.model.named_modules()).get(culprit.module)
-        self.flight_saved = save(self.flight, culprit, module, self._kept_fwd.get(culprit.module),
-                                 self._kept_bwd.get(culprit.module), self.optimizer is not None)
+        try:
+            self.flight_saved = save(self.flight, culprit, module, self._kept_fwd.get(culprit.module),
+                                     self._kept_bwd.get(culprit.module), self.optimizer is not None)
+        except Exception as e:  # e.g. a module that does not pickle: the run goes on
+            warnings.warn(f"lowbit.monitor: flight record not saved ({type(e).__name__}: {e})", RuntimeWarning)
 
     # ---- detach ---------------------------------------------------------------------------------
     def detach(self) -> None:

@@ -133,3 +133,14 @@ def test_no_hook_syncs_the_host(monkeypatch, tmp_path):
     mon.detach()
     line = json.loads((tmp_path / "n.jsonl").read_text().splitlines()[-1])
     assert line["modules"]["0"]["forward"]["input"]["sqnr_db"] > 24  # E4M3: 20 log10(2^4) dB at least
+
+
+def test_every_n_monitors_steps_0_n_2n(tmp_path):
+    m = nn.Sequential(NoParams())
+    log = tmp_path / "n.jsonl"
+    with lowbit.monitor(m, every=2, log=str(log), on_anomaly="record") as mon:
+        for s in range(4):
+            m(-torch.ones(2) if s in (1, 2) else torch.ones(2))  # NaN at steps 1 (not watched) and 2
+            mon.step()
+    assert [json.loads(x)["step"] for x in log.read_text().splitlines()] == [0, 2]
+    assert mon.first_nonfinite.step == 2
