@@ -17,9 +17,13 @@ of Llama-3-8B shape (hidden 4096, intermediate 14336, 32 heads, 8 KV heads, voca
 tokens, bf16 and lowbit "fp8", compiled (``--compile whole``: ``torch.compile(model)``;
 ``regional``: each decoder layer compiled in place, one compile shared by all): no monitor,
 ``lowbit.monitor(every=1)`` (``mon.step()`` inside the timed step), ``sqnr_every=10``, and
-``torch.autograd.detect_anomaly`` (no monitor). Targets: every=1 <= 1.03x, SQNR every 10 <= 1.05x
-of no monitor. Each figure: median over rounds of (10 steps timed with CUDA events) / 10, after 3
-warm-up steps. ``--quick``: regional compile, 2 rounds (within 4 minutes on an H200).
+``torch.autograd.detect_anomaly`` (no monitor); then eager: no monitor, every=1, detect_anomaly.
+Targets: every=1 <= 1.03x, SQNR every 10 <= 1.05x of no monitor, compiled. Attaching and
+detaching a monitor resets Dynamo, so every compiled variant compiles anew. Each figure: median
+over rounds of (10 steps timed with CUDA events) / 10, after 3 warm-up steps (the first step's
+seconds are recorded too). ``--quick``: regional compile, compiled variants only, 2 rounds (within
+4 minutes on an H200). The full run fits a 10-minute command per dtype: ``--dtypes bf16``, then
+``--dtypes fp8``.
 """
 from __future__ import annotations
 
@@ -212,13 +216,23 @@ def main():
             for layer in model.model.layers:
                 layer.compile()
             return model
-        fn = compiled()
-        base = None
-        for variant in ("none", "monitor every=1", "monitor every=1 sqnr_every=10", "detect_anomaly"):
-            row = {"variant": f"{dt} {variant}"}
+        plan = [("compiled", v) for v in ("none", "monitor every=1", "monitor every=1 sqnr_every=10", "detect_anomaly")]
+        if not args.quick:
+            plan += [("eager", v) for v in ("none", "monitor every=1", "detect_anomaly")]
+        base = {}
+        fn = None
+        for mode, variant in plan:
+            row = {"variant": f"{dt} {mode} {variant}"}
 
-            def run(variant=variant, row=row):
-                nonlocal base
+            def run(mode=mode, variant=variant, row=row):
+                nonlocal fn
+                if mode == "eager" and fn is not model:
+                    torch._dynamo.reset()
+                    for layer in model.model.layers:
+                        layer._compiled_call_impl = None  # undo regional compilation
+                    fn = model
+                elif fn is None:
+                    fn = compiled()
                 mon = None
                 if variant.startswith("monitor"):
                     mon = lowbit.monitor(fn, on_anomaly="record", sqnr_every=10 if "sqnr" in variant else 0)
@@ -235,14 +249,14 @@ def main():
                 row["ms"] = ms
                 row["peak_GiB"] = torch.cuda.max_memory_allocated() / 2 ** 30
                 if variant == "none":
-                    base = ms
-                row["ratio"] = ms / base if base else None
+                    base[mode] = ms
+                row["ratio"] = ms / base[mode] if mode in base else None
                 if mon is not None:
                     row["events"] = len(mon.events)
                     mon.detach()
                 rows.append(row)
                 csv.append(result_row(env, "llama train step + lowbit.monitor", shape, row["variant"], "ms", ms,
-                                      f"{dt}, no monitor", row["ratio"]))
+                                      f"{dt} {mode}, no monitor", row["ratio"]))
                 print(f"{row['variant']}: {ms:.2f} ms ratio {row['ratio']} (first step {row['first_step_s']} s, "
                       f"{time.time() - t_start:.0f} s so far)", flush=True)
             guarded(rows, row["variant"], run)
