@@ -263,7 +263,9 @@ def _module_hooks(mon, name, mod, cast, params, lay: Layout):
         if not (torch.is_grad_enabled() and any(t.requires_grad for t in xs)):
             return None
         bstats = mon.bstats
-        tap = lambda t: Tap.apply(t, bstats, sid, s_gin, None, "", "", False, None) if t.requires_grad else t  # noqa: E731
+
+        def tap(t):
+            return Tap.apply(t, bstats, sid, s_gin, None, "", "", False, None) if t.requires_grad else t
         return map_tensors((args, kwargs), tap)
 
     def post(module, args, out):
@@ -277,9 +279,10 @@ def _module_hooks(mon, name, mod, cast, params, lay: Layout):
         if cast is not None and cast["delayed"]:
             scale_g, prime_g = cast["state"].grad.scale, bool(pending.get("cold", (False,) * 3)[2])
         keep = mon.keeper(name) if mon.retaining and not torch.compiler.is_compiling() else None
-        bstats = mon.bstats
-        tap = lambda t: (Tap.apply(t, bstats, sid, s_gout, scale_g, rk, "grad" if rk else "", prime_g, keep)  # noqa: E731
-                         if t.requires_grad else t)
+        bstats, role = mon.bstats, "grad" if rk else ""
+
+        def tap(t):
+            return Tap.apply(t, bstats, sid, s_gout, scale_g, rk, role, prime_g, keep) if t.requires_grad else t
         return map_tensors(out, tap)
 
     return [mod.register_forward_pre_hook(pre, with_kwargs=True), mod.register_forward_hook(post)]

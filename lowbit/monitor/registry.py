@@ -9,10 +9,10 @@ launched then: every replay records, whatever ``every`` says.
 The window (``seen`` / ``remember``; eager only, see ``stats.record``): a module's input is
 usually the output of the module that ran just before, or the input its parent has just recorded.
 A tensor whose memory (data pointer, dtype, element count, contiguous) and version match one of
-the last ``WINDOW`` tensors recorded is not read again: its row is noted as an alias of the first one (``aliases``), which the monitor
-resolves when it reads the step. The window holds references, so no tensor in it is freed and its
-memory reused within the window; it is emptied at every step. Skipped while a CUDA graph is being
-captured (a replay must record every tensor itself).
+the last ``WINDOW`` tensors recorded is not read again: its row is noted as an alias of the first
+one (``aliases``), which the monitor resolves when it reads the step. The window holds references,
+so no tensor in it is freed and its memory reused within the window; it is emptied at every step.
+Skipped while a CUDA graph is being captured (a replay must record every tensor itself).
 """
 from __future__ import annotations
 

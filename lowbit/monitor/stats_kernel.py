@@ -4,11 +4,11 @@ Each program walks the flat tensor in ``BLOCK``-element tiles, grid-strided, and
 counters (int32) and the per-lane finite max in fp32; then it adds its totals to the row with
 float64 atomics (counts are integers: the sum is exact in any order) and takes the max with an
 atomic max. With a tensorwise ``scale`` it also counts ``|x / scale| > limit`` (saturated:
-``stats.saturation_limit``; the quotient rounded as IEEE fp32 division, ``div_rn``) and
-``x != 0 and |x / scale| <= tiny`` (flushed to zero; ``tiny = min_subnormal / 2``). A program that saw a non-finite element takes a
-clock ticket (``atomic_add(clock, 1)``) and keeps the smallest in ``seq``: the kernels of one
-stream run one after the other, so every ticket of an earlier record is smaller. Program 0 adds
-the element count and the call, and writes the scale.
+``stats.saturation_limit``; the quotient rounded as IEEE fp32 division, ``div_rn``) and ``x != 0
+and |x / scale| <= tiny`` (flushed to zero; ``tiny = min_subnormal / 2``). A program that saw a
+non-finite element takes a clock ticket (``atomic_add(clock, 1)``) and keeps the smallest in
+``seq``: the kernels of one stream run one after the other, so every ticket of an earlier record
+is smaller. Program 0 adds the element count and the call, and writes the scale.
 
 The tensor is read once, in its own dtype (fp16, bf16, fp32), from any dense layout (the
 statistics do not depend on the order of the elements); anything else goes back to torch ops.
