@@ -11,13 +11,18 @@ inside lowbit layers. Rows ("sites", one ``Site`` each), fixed when attaching:
   requires grad, its gradient in the backward (a post-accumulate-grad hook: the ``.grad`` after
   accumulation, attributed to the first module that owns the parameter).
 
-For lowbit layers the ``input``, ``weight`` and ``grad_output`` rows also hold the statistics of
+Forward inputs and parameters are read only in a step where the module's output is non-finite (the
+culprit test needs them then; otherwise they are mostly other modules' outputs, or parameters, and
+reading them would double the forward's reads): the forward hook records them after the output,
+and the record op skips them on the device unless the output row counted a non-finite element
+(``stats.reduce_into(when=)``; a module that changes its input in place is judged on the changed
+values). A lowbit layer's input and weight are always read: their rows also hold the statistics of
 the cast the layer is about to make: the forward pre-hook runs before the layer's op, so it sees
 the delayed-scaling ``scale`` buffer before the op updates it (the gradient's scale is read when
-the gradient arrives, before the layer's backward); non-delayed recipes use their own block
-scales (``stats.cast_scale``). Tensors: ``torch.Tensor`` and ``nn.Parameter`` of fp16/bf16/fp32/
-fp64, found in tuples, lists, dicts (so ``ModelOutput``) and dataclasses, two levels deep; other
-objects (caches, tensor subclasses, int tensors) are not recorded.
+the gradient arrives, before the layer's backward); non-delayed recipes use their own block scales
+(``stats.cast_scale``). Tensors: ``torch.Tensor`` and ``nn.Parameter`` of fp16/bf16/fp32/ fp64,
+found in tuples, lists, dicts (so ``ModelOutput``) and dataclasses, two levels deep; other objects
+(caches, tensor subclasses, int tensors) are not recorded.
 
 Backward without module backward hooks (Dynamo does not trace those; the model would run
 eagerly): the forward pre-hook passes each input that requires grad through ``Tap`` and the
@@ -135,13 +140,13 @@ def map_tensors(obj, fn: Callable, depth: int = 0):
 
 
 # ---- the record call and the backward tap ---------------------------------------------------
-def call_record(stats, x, sid, slot, scale=None, recipe="", role="", prime=False) -> None:
+def call_record(stats, x, sid, slot, scale=None, recipe="", role="", prime=False, when=-1) -> None:
     """``torch.ops.lowbit_monitor.record`` under torch.compile (the op it traces), else the op's
     Python implementation directly (the same function, without the dispatcher's host cost)."""
     if torch.compiler.is_compiling():
-        torch.ops.lowbit_monitor.record(stats, x, sid, slot, scale, recipe, role, prime, False)
+        torch.ops.lowbit_monitor.record(stats, x, sid, slot, scale, recipe, role, prime, False, when)
     else:
-        record_impl(stats, x, sid, slot, scale, recipe, role, prime, True)
+        record_impl(stats, x, sid, slot, scale, recipe, role, prime, True, when)
 
 
 class Tap(torch.autograd.Function):
@@ -246,18 +251,20 @@ def _module_hooks(mon, name, mod, cast, params, lay: Layout):
             pending["cold"] = cold
             if cast["delayed"]:
                 scale_in, prime_in = st.input.scale, cold[0]
+        later = []  # recorded by the forward hook, if the output is non-finite
         for i, t in enumerate(xs):
             if rk and i == 0:
                 call_record(stats, t, sid, s_in, scale_in, rk, "input", bool(prime_in))
             else:
-                call_record(stats, t, sid, s_in)
+                later.append((t, s_in))
         for pname, p, fs, _ in params:
             if rk and pname == "weight":
                 st = cast["state"]
                 call_record(stats, _operand(module, pname, p), sid, fs, st.weight.scale if cast["delayed"] else None,
                             rk, "weight", bool(cast["delayed"] and pending["cold"][1]))
             else:
-                call_record(stats, p, sid, fs)
+                later.append((p, fs))
+        pending["later"] = later
         if mon.retaining and not torch.compiler.is_compiling():
             mon.retain_forward(name, module, args, kwargs)
         if not (torch.is_grad_enabled() and any(t.requires_grad for t in xs)):
@@ -273,6 +280,8 @@ def _module_hooks(mon, name, mod, cast, params, lay: Layout):
         ys = tensors_in(out)
         for t in ys:
             call_record(stats, t, sid, s_out)
+        for t, slot in pending.pop("later", ()):
+            call_record(stats, t, sid, slot, when=s_out)
         if not (torch.is_grad_enabled() and any(t.requires_grad for t in ys)):
             return None
         scale_g, prime_g = None, False

@@ -138,29 +138,34 @@ def _reference(x: torch.Tensor, scale, fmt, sqnr: bool) -> torch.Tensor:
 
 
 def reduce_into(stats: torch.Tensor, slot: int, x: torch.Tensor, scale=None, fmt=None, sqnr: bool = False,
-                kernel: bool = True) -> None:
-    """Add the statistics of ``x`` (and of its cast with ``scale`` in ``fmt``) to row ``slot``."""
+                kernel: bool = True, when: int = -1) -> None:
+    """Add the statistics of ``x`` (and of its cast with ``scale`` in ``fmt``) to row ``slot``;
+    with ``when >= 0``, only if row ``when`` has counted a non-finite element (decided on the
+    device: the kernel then reads nothing)."""
     if (kernel and x.device.type == "cuda" and x.dtype != torch.float64 and not sqnr
             and (scale is None or scale.numel() == 1)):
         from .stats_kernel import launch
-        if launch(stats, slot, x, scale, fmt):
+        if launch(stats, slot, x, scale, fmt, when):
             return
     v = _reference(x, scale, fmt, sqnr).to(stats.device)
+    v[COL["calls"]] = 1.0
+    if when >= 0:
+        v = v * (stats[when, COL["nonfinite"]] > 0)
     row, clock = stats[slot], stats[-1, 0:1]
     bad = (v[COL["nonfinite"]] > 0).reshape(1)
     row[COL["seq"]:COL["seq"] + 1] = torch.where(bad, torch.minimum(row[COL["seq"]:COL["seq"] + 1], clock),
                                                 row[COL["seq"]:COL["seq"] + 1])
     clock += bad.to(clock.dtype)
-    v[COL["calls"]] = 1.0
     row[_SUMS] += v[_SUMS]
     row[COL["amax"]] = torch.maximum(row[COL["amax"]], v[COL["amax"]])
     if scale is not None:
-        row[COL["scale"]] = v[COL["scale"]]
+        row[COL["scale"]] = torch.where(v[COL["calls"]] > 0, v[COL["scale"]], row[COL["scale"]])
 
 
 def record_impl(stats: torch.Tensor, x: torch.Tensor, session: int, slot: int, scale: Optional[torch.Tensor],
-                recipe: str, role: str, prime: bool, dedupe: bool) -> None:
-    """Add ``x``'s statistics to ``stats[slot]`` for monitor ``session``; ``recipe`` (a
+                recipe: str, role: str, prime: bool, dedupe: bool, when: int) -> None:
+    """Add ``x``'s statistics to ``stats[slot]`` for monitor ``session`` (if ``when >= 0``: only
+    when row ``when`` holds a non-finite count, see ``reduce_into``); ``recipe`` (a
     ``lowbit.nn.spec.encode`` string, "" for none), ``role`` and ``scale`` (the delayed state's
     buffer, or None) describe the lowbit cast ``x`` is about to go through; ``prime``: that cast
     is a delayed-scaling cold start; ``dedupe``: a tensor just recorded may be skipped (eager
@@ -184,8 +189,8 @@ def record_impl(stats: torch.Tensor, x: torch.Tensor, session: int, slot: int, s
     if x.device != stats.device:  # a model moved after attaching, or one without parameters
         sess.warn_device(x.device)
         kernel = False
-    reduce_into(stats, slot, x, cast, fmt, sess.sqnr_due and bool(recipe), kernel)
-    if dedupe:
+    reduce_into(stats, slot, x, cast, fmt, sess.sqnr_due and bool(recipe), kernel, when)
+    if dedupe and when < 0:  # (a conditional record may have read nothing: no alias to it)
         sess.remember(x, slot)
 
 
@@ -193,5 +198,5 @@ record = torch.library.custom_op("lowbit_monitor::record", record_impl, mutates_
 
 
 @record.register_fake
-def _record_fake(stats, x, session, slot, scale, recipe, role, prime, dedupe) -> None:
+def _record_fake(stats, x, session, slot, scale, recipe, role, prime, dedupe, when) -> None:
     return None

@@ -31,11 +31,15 @@ PROGRAMS_PER_SM = 4
 
 
 @triton.jit
-def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, limit, tiny,
+def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, when_ptr, limit, tiny,
                   C_NF: tl.constexpr, C_AMAX: tl.constexpr, C_SAT: tl.constexpr, C_UF: tl.constexpr,
                   C_NZ: tl.constexpr, C_NUMEL: tl.constexpr, C_SEQ: tl.constexpr, C_SCALE: tl.constexpr,
-                  C_CALLS: tl.constexpr, HAS_SCALE: tl.constexpr, BLOCK: tl.constexpr):
+                  C_CALLS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_WHEN: tl.constexpr, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
+    go = True
+    if HAS_WHEN:  # record only if that row has seen a non-finite element: else no tile is read
+        go = tl.load(when_ptr + C_NF) > 0.0
+    n_go = tl.where(go, n, 0)
     step = tl.num_programs(0).to(tl.int64) * BLOCK
     lanes = tl.arange(0, BLOCK)
     nf = tl.zeros([BLOCK], dtype=tl.int32)
@@ -45,7 +49,7 @@ def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, limit, tiny,
     amax = tl.zeros([BLOCK], dtype=tl.float32)
     if HAS_SCALE:
         s = tl.load(scale_ptr)
-    for start in range(pid.to(tl.int64) * BLOCK, n, step):
+    for start in range(pid.to(tl.int64) * BLOCK, n_go, step):
         offs = start + lanes
         m = offs < n
         x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)
@@ -60,20 +64,20 @@ def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, limit, tiny,
             uf += (nonzero & (y <= tiny)).to(tl.int32)
             nz += nonzero.to(tl.int32)
     n_nf = tl.sum(nf, axis=0)
-    tl.atomic_add(row_ptr + C_NF, n_nf.to(tl.float64))
-    tl.atomic_max(row_ptr + C_AMAX, tl.max(amax, axis=0).to(tl.float64))
+    tl.atomic_add(row_ptr + C_NF, n_nf.to(tl.float64), mask=go)
+    tl.atomic_max(row_ptr + C_AMAX, tl.max(amax, axis=0).to(tl.float64), mask=go)
     if HAS_SCALE:
-        tl.atomic_add(row_ptr + C_SAT, tl.sum(sat, axis=0).to(tl.float64))
-        tl.atomic_add(row_ptr + C_UF, tl.sum(uf, axis=0).to(tl.float64))
-        tl.atomic_add(row_ptr + C_NZ, tl.sum(nz, axis=0).to(tl.float64))
+        tl.atomic_add(row_ptr + C_SAT, tl.sum(sat, axis=0).to(tl.float64), mask=go)
+        tl.atomic_add(row_ptr + C_UF, tl.sum(uf, axis=0).to(tl.float64), mask=go)
+        tl.atomic_add(row_ptr + C_NZ, tl.sum(nz, axis=0).to(tl.float64), mask=go)
     bad = n_nf > 0
     ticket = tl.atomic_add(clock_ptr, 1.0, mask=bad)
     tl.atomic_min(row_ptr + C_SEQ, ticket, mask=bad)
-    if pid == 0:
-        tl.atomic_add(row_ptr + C_NUMEL, n.to(tl.float64))
-        tl.atomic_add(row_ptr + C_CALLS, 1.0)
-        if HAS_SCALE:
-            tl.store(row_ptr + C_SCALE, s.to(tl.float64))
+    first = go & (pid == 0)
+    tl.atomic_add(row_ptr + C_NUMEL, n.to(tl.float64), mask=first)
+    tl.atomic_add(row_ptr + C_CALLS, 1.0, mask=first)
+    if HAS_SCALE:
+        tl.store(row_ptr + C_SCALE, s.to(tl.float64), mask=first)
 
 
 def _dense(x: torch.Tensor) -> bool:
@@ -96,8 +100,9 @@ def _flat(x: torch.Tensor) -> Optional[torch.Tensor]:
     return None
 
 
-def launch(stats: torch.Tensor, slot: int, x: torch.Tensor, scale: Optional[torch.Tensor], fmt) -> bool:
-    """Reduce ``x`` into ``stats[slot]``; False (nothing launched) when the kernel can't take it."""
+def launch(stats: torch.Tensor, slot: int, x: torch.Tensor, scale: Optional[torch.Tensor], fmt, when: int = -1) -> bool:
+    """Reduce ``x`` into ``stats[slot]`` (if ``when >= 0``: only when ``stats[when]`` counted a
+    non-finite element); False (nothing launched) when the kernel can't take it."""
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32) or x.device != stats.device:
         return False
     flat = _flat(x)
@@ -109,9 +114,9 @@ def launch(stats: torch.Tensor, slot: int, x: torch.Tensor, scale: Optional[torc
     has_scale = scale is not None
     s = scale.reshape(()).to(torch.float32) if has_scale else stats  # any pointer when unused
     runnable(_stats_kernel)[grid](
-        flat, n, stats[slot], stats[-1], s,
+        flat, n, stats[slot], stats[-1], s, stats[when] if when >= 0 else stats,
         saturation_limit(fmt) if has_scale else 0.0, float(fmt.min_subnormal) / 2 if has_scale else 0.0,
         COL["nonfinite"], COL["amax"], COL["saturated"], COL["underflow"], COL["nonzero"], COL["numel"],
-        COL["seq"], COL["scale"], COL["calls"], HAS_SCALE=has_scale, BLOCK=BLOCK, num_warps=8)
+        COL["seq"], COL["scale"], COL["calls"], HAS_SCALE=has_scale, HAS_WHEN=when >= 0, BLOCK=BLOCK, num_warps=8)
     return True
 

@@ -49,9 +49,11 @@ def test_containers_ints_and_kwargs_are_walked_and_tapped():
     mon.step()
     mon.flush()  # steps are read lazily: at the next step, or on flush / events / report
     rec = mon.totals
-    for name, phase, tensor in (("", "forward", "input"), ("", "forward", "output"), ("", "backward", "grad_output"),
+    for name, phase, tensor in (("", "forward", "output"), ("", "backward", "grad_output"),
                                 ("", "backward", "grad_input"), ("lin", "backward", "weight")):
         assert rec.seen[mon.layout.slot(name, phase, tensor)], (name, phase, tensor)
+    # finite outputs: the inputs and parameters behind them are not read (only aliases noted)
+    assert not rec.seen[mon.layout.slot("lin", "forward", "weight")]
     assert mon.events == [] and mon.first_nonfinite is None
     mon.detach()
     mon.detach()  # twice: nothing

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from lowbit.dtypes.formats import get_format
+from lowbit.fma_guard.compile import compile_kernel  # before any interpreted kernel runs (it checks)
 from lowbit.dtypes.quantize import quantize
 from lowbit.monitor.stats import COL, cast_scale, reduce_into, reset_template
 from lowbit.scaling import Delayed, Rowwise
@@ -71,3 +72,18 @@ def test_cast_scale_is_the_layers_own_scale():
     assert s == torch.tensor(x.abs().max().item() / 57344.0) and buf == 0.5
     s, f = cast_scale(x, Rowwise(), "input", None, prime=False)  # one scale per row
     assert torch.equal(s[:, 0], x.abs().amax(1) / 448.0) and s.shape == x.shape
+
+
+@pytest.mark.parametrize("has_scale", [False, True])
+def test_triton_kernel_compiles_for_sm90_with_vector_loads(has_scale):
+    """Built for an H100/H200 (no GPU needed): bf16 read 16 bytes a load, the quotient IEEE-rounded."""
+    from lowbit.monitor.stats_kernel import BLOCK, _stats_kernel
+    sig = {"x_ptr": "*bf16", "n": "i32", "row_ptr": "*fp64", "clock_ptr": "*fp64", "scale_ptr": "*fp32",
+           "when_ptr": "*fp64", "limit": "fp32", "tiny": "fp32"}
+    cx = dict(C_NF=COL["nonfinite"], C_AMAX=COL["amax"], C_SAT=COL["saturated"], C_UF=COL["underflow"],
+              C_NZ=COL["nonzero"], C_NUMEL=COL["numel"], C_SEQ=COL["seq"], C_SCALE=COL["scale"], C_CALLS=COL["calls"],
+              HAS_SCALE=has_scale, HAS_WHEN=has_scale, BLOCK=BLOCK)
+    div16 = {(i,): [["tt.divisibility", 16]] for i in range(6)}  # what a launch specializes for aligned sizes
+    ptx = compile_kernel(_stats_kernel, sig, cx, num_warps=8, attrs=div16).ptx
+    assert "ld.global.v4.b32" in ptx and "ld.global.b16" not in ptx
+    assert ("div.rn.f32" in ptx) == has_scale and ".add.f64" in ptx  # float64 atomics into the row
