@@ -2,27 +2,27 @@
 
 A step's statistics accumulate on the device (``stats`` for the forward, ``bstats`` for the
 backward, see ``hooks.install``); ``step()`` ends the step by stacking both into one device buffer
-and one asynchronous copy of it to the host (pinned memory on CUDA, a ring of two) and a
-reset, then reads the step before: by then its copy has long landed, so nothing waits for the
-device but a CPU that ran more than one step ahead. Events, the culprit and the sinks come from
-that read. ``events``, ``first_nonfinite``, ``report()``, ``flush()`` and ``detach()`` read every
-step still in flight first. Two exceptions read the step at once (one host sync per step):
+and one asynchronous copy of it to the host (pinned memory on CUDA, a ring of two) and a reset,
+then reads the step before: by then its copy has long landed, so nothing waits for the device but
+a CPU that ran more than one step ahead. Events, the culprit and the sinks come from that read.
+``events``, ``first_nonfinite``, ``report()``, ``flush()`` and ``detach()`` read every step still
+in flight first. Two exceptions read the step at once (one host sync per step):
 ``on_anomaly="raise"`` (the error comes from the ``step()`` that ends the faulty step) and the
 flight recorder (it must keep the culprit's tensors until it knows).
 
-``optimizer=``: the step ends in the optimizer's step pre-hook (before the parameters change);
-do not call ``step()`` as well.
+``optimizer=``: the step ends in the optimizer's step pre-hook (before the parameters change); do
+not call ``step()`` as well.
 
 torch.compile: attach before compiling, or pass the compiled model (``torch.compile(model)``'s
-wrapper, or a model with modules compiled in place by ``module.compile()``): Dynamo does not guard on module
-hooks, so attaching and detaching then reset its caches (``torch._dynamo.reset()``) and the next
-call traces again. (Hooks added to the plain model behind a compiled wrapper that has already run
-are not seen until such a reset.) The hooks, ``Tap`` and the record op trace without a graph break, the per-step
-switches live in the op (no recompile). CUDA graphs (``mode="reduce-overhead"``): the buffer has
-a static address and the records write it in place, so each replay adds its statistics and
-``step()`` reads and resets it outside the graph; a replay records whatever its capture recorded
-(``every`` and SQNR steps apply to eager and compiled steps only) and no tensor is skipped as
-already seen.
+wrapper, or a model with modules compiled in place by ``module.compile()``): Dynamo does not guard
+on module hooks, so attaching and detaching then reset its caches (``torch._dynamo.reset()``) and
+the next call traces again. (Hooks added to the plain model behind a compiled wrapper that has
+already run are not seen until such a reset.) The hooks, ``Tap`` and the record op trace without a
+graph break, the per-step switches live in the op (no recompile). Under torch.compile no tensor is
+skipped as already seen (``stats.record``). CUDA graphs (``mode="reduce-overhead"``): the buffers
+have static addresses and the records write them in place, so each replay adds its statistics
+and ``step()`` reads and resets them outside the graph; a replay records whatever its capture
+recorded (``every`` and SQNR steps apply to eager and compiled steps only).
 """
 from __future__ import annotations
 

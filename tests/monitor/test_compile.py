@@ -57,3 +57,22 @@ def test_attaching_to_a_compiled_model_that_already_ran_retraces_it():
     first = _run(f, m, mon, steps=2)
     assert (first.module, first.phase, first.step) == ("1", "backward", 1) and cnt.frame_count == 2
     mon.detach()
+
+
+def test_a_watched_hugging_face_llama_compiles_without_graph_break_or_recompile():
+    """fullgraph=True raises on a graph break; the root module's own hooks run outside its compiled
+    forward (torch.compile of a module with hooks: they are frames of their own)."""
+    from planted import batches, tiny_llama
+    torch._dynamo.reset()
+    model = tiny_llama()
+    cnt = CompileCounterWithBackend("eager")
+    with lowbit.monitor(model, on_anomaly="record") as mon:
+        f = torch.compile(model, backend=cnt, fullgraph=True)
+        frames = []
+        for ids in batches(2):
+            f(input_ids=ids, labels=ids).loss.backward()
+            mon.step()
+            frames.append(cnt.frame_count)
+        assert mon.events == [] and frames[0] == frames[1] <= 3
+        row = mon.layout.slot("model.layers.0.mlp.down_proj", "backward", "grad_input")
+        assert mon.totals.seen[row]  # the backward taps ran
