@@ -1,6 +1,7 @@
 """What ``lowbit.monitor`` costs, and that it finds what it should, on one GPU.
 
     python benchmarks/monitor.py --out DIR [--quick] [--layers 8] [--compile whole|regional]
+                                 [--dtypes bf16,fp8] [--modes compiled,eager] [--rounds 5]
 
 Checks first (a 2-layer Llama of hidden 256, bf16, on the GPU):
 * a NaN planted in one weight, and one made in another module's backward, are named exactly
@@ -17,13 +18,14 @@ of Llama-3-8B shape (hidden 4096, intermediate 14336, 32 heads, 8 KV heads, voca
 tokens, bf16 and lowbit "fp8", compiled (``--compile whole``: ``torch.compile(model)``;
 ``regional``: each decoder layer compiled in place, one compile shared by all): no monitor,
 ``lowbit.monitor(every=1)`` (``mon.step()`` inside the timed step), ``sqnr_every=10``, and
-``torch.autograd.detect_anomaly`` (no monitor); then eager: no monitor, every=1, detect_anomaly.
-Targets: every=1 <= 1.03x, SQNR every 10 <= 1.05x of no monitor, compiled. Attaching and
-detaching a monitor resets Dynamo, so every compiled variant compiles anew. Each figure: median
-over rounds of (10 steps timed with CUDA events) / 10, after 3 warm-up steps (the first step's
-seconds are recorded too). ``--quick``: regional compile, compiled variants only, 2 rounds (within
-4 minutes on an H200). The full run fits a 10-minute command per dtype: ``--dtypes bf16``, then
-``--dtypes fp8``.
+``torch.autograd.detect_anomaly`` (no monitor); with ``--modes compiled,eager`` also eager: no
+monitor, every=1, detect_anomaly. Targets: every=1 <= 1.03x, SQNR every 10 <= 1.05x of no
+monitor, compiled. Attaching and detaching a monitor resets Dynamo, so every compiled variant
+compiles anew (and under regional compilation each watched layer compiles on its own: its rows
+are constants of its graph). Each figure: median over rounds of (10 steps timed with CUDA events)
+/ 10, after 3 warm-up steps (the first step's seconds are recorded too). ``--quick``: 2 layers,
+regional compile, 2 rounds (within 4 minutes on an H200). The full run is one command per dtype
+(about 6-8 minutes each, mostly compiling): ``--dtypes bf16``, then ``--dtypes fp8``.
 """
 from __future__ import annotations
 
@@ -168,7 +170,8 @@ def _kernel_check() -> dict:
 # ---- cost ------------------------------------------------------------------------------------
 def main():
     def extra(p):
-        p.add_argument("--layers", type=int, default=8)
+        p.add_argument("--layers", type=int, default=None, help="decoder layers (default 8; --quick 2)")
+        p.add_argument("--modes", default="compiled", help="compiled and/or eager steps")
         p.add_argument("--compile", choices=("whole", "regional"), default=None)
         p.add_argument("--rounds", type=int, default=None)
         p.add_argument("--dtypes", default="bf16,fp8")
@@ -180,6 +183,8 @@ def main():
     env = env_info()
     t_start = time.time()
     compile_mode = args.compile or ("regional" if args.quick else "whole")
+    args.layers = args.layers or (2 if args.quick else 8)
+    modes = [m for m in args.modes.split(",") if m]
     rounds = args.rounds or (2 if args.quick else 5)
     checks, rows, csv = [], [], []
     for mode in ("eager", "compiled", "graphs"):
@@ -209,6 +214,7 @@ def main():
         model = llama(args.layers, 4096, 14336, 32, 8, 128256)
         if dt == "fp8":
             model = fp8(model)
+            make_step(model, model, ids)()  # one eager step primes the delayed scales: one compile per variant
 
         def compiled():
             if compile_mode == "whole":
@@ -216,8 +222,11 @@ def main():
             for layer in model.model.layers:
                 layer.compile()
             return model
-        plan = [("compiled", v) for v in ("none", "monitor every=1", "monitor every=1 sqnr_every=10", "detect_anomaly")]
-        if not args.quick:
+        plan = []
+        if "compiled" in modes:
+            plan += [("compiled", v) for v in ("none", "monitor every=1", "monitor every=1 sqnr_every=10",
+                                               "detect_anomaly")]
+        if "eager" in modes:
             plan += [("eager", v) for v in ("none", "monitor every=1", "detect_anomaly")]
         base = {}
         fn = None
