@@ -228,20 +228,19 @@ def main():
                                                "detect_anomaly")]
         if "eager" in modes:
             plan += [("eager", v) for v in ("none", "monitor every=1", "detect_anomaly")]
-        base = {}
+        base, at = {}, {"mode": None}
         fn = None
         for mode, variant in plan:
             row = {"variant": f"{dt} {mode} {variant}"}
 
             def run(mode=mode, variant=variant, row=row):
                 nonlocal fn
-                if mode == "eager" and fn is not model:
+                if at["mode"] != mode:
+                    at["mode"] = mode
                     torch._dynamo.reset()
                     for layer in model.model.layers:
-                        layer._compiled_call_impl = None  # undo regional compilation
-                    fn = model
-                elif fn is None:
-                    fn = compiled()
+                        layer._compiled_call_impl = None  # undo a regional compilation
+                    fn = compiled() if mode == "compiled" else model
                 mon = None
                 if variant.startswith("monitor"):
                     mon = lowbit.monitor(fn, on_anomaly="record", sqnr_every=10 if "sqnr" in variant else 0)
