@@ -1,5 +1,5 @@
-"""Faults the monitor tests plant: a tiny Hugging Face Llama from config, a NaN in a weight, a NaN
-made in one module's backward, a spike into a layer's input."""
+"""What the monitor tests (and benchmarks/monitor.py's checks) build: a tiny Hugging Face Llama
+from config, its batches and training loop, and a module whose backward makes a NaN."""
 import torch
 import torch.nn.functional as F
 from torch import nn
