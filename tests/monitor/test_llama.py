@@ -53,12 +53,13 @@ def test_nan_in_a_weight_is_named_with_its_step_logged_and_replayed(tmp_path, ca
     assert "reproduced: yes" in capsys.readouterr().out
 
 
-def test_nan_made_in_a_backward_names_that_module_not_the_ones_it_flows_into():
+def test_nan_made_in_a_backward_names_that_module_not_the_ones_it_flows_into(tmp_path):
     model = tiny_llama()
     k, t = "model.layers.0.mlp.act_fn", 1
     act = PlantedSiLU()
     model.model.layers[0].mlp.act_fn = act
-    with lowbit.monitor(model, on_anomaly="record") as mon:
+    flight = tmp_path / "flight.pt"
+    with lowbit.monitor(model, on_anomaly="record", flight=str(flight)) as mon:
         train(model, batches(2), mon, lambda i: act.gain.fill_(float("nan") if i == t else 1.0))
         first = mon.first_nonfinite
         events = mon.events
@@ -68,6 +69,9 @@ def test_nan_made_in_a_backward_names_that_module_not_the_ones_it_flows_into():
     # upstream of the act_fn the gradients are non-finite too, downstream (its grad_output) not
     bad = {(e.module, e.tensor) for e in events if e.kind == "nonfinite" and e.step == t}
     assert ("model.layers.0.mlp.gate_proj", "grad_output") in bad and (k, "grad_output") not in bad
+    text = replay(str(flight))  # the forward again, then the backward from the recorded output gradient
+    assert "output gradients:" in text and "grad_output 0: float32 (2, 8, 64)" in text
+    assert "grad of input 0: 1024 non-finite in the format" in text and "reproduced: yes" in text
 
 
 def test_activation_spike_into_a_delayed_scaled_layer_is_an_overflow_of_its_input(tmp_path):
