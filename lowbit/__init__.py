@@ -3,7 +3,8 @@
 Public API: ``formats``, ``recipes`` (``lowbit.scaling``), ``FP8Tensor``, ``FP4Tensor``,
 ``convert`` / ``unconvert`` / ``plain_state_dict`` (module swap, ``lowbit/convert.py``; the name
 ``lowbit.convert`` is the function: import helpers with ``from lowbit.convert import ...``),
-``nn`` (the low-precision layers); ``monitor`` arrives with its issue.
+``nn`` (the low-precision layers), ``monitor`` (live numerics of a training run: the package
+``lowbit.monitor``, callable as ``lowbit.monitor(model, ...)``).
 """
 from . import formats
 from . import scaling
@@ -12,8 +13,9 @@ from .dtypes import FP4Tensor, FP8Tensor
 from . import kernels  # noqa: F401  (registers the backends and the mm route)
 from . import nn
 from .convert import convert, plain_state_dict, unconvert
+from . import monitor
 
 __version__ = "0.1.0"
 
 __all__ = ["formats", "recipes", "scaling", "FP8Tensor", "FP4Tensor", "convert", "unconvert",
-           "plain_state_dict", "nn", "__version__"]
+           "plain_state_dict", "nn", "monitor", "__version__"]

@@ -1,5 +1,5 @@
-"""The ``lowbit`` command: ``lowbit --version``, ``lowbit formats``, ``lowbit demo``, ``lowbit audit
-fma | kernels | model | hardware``.
+"""The ``lowbit`` command: ``lowbit --version``, ``formats``, ``demo``, ``audit fma | kernels | model |
+hardware``, ``replay``, ``monitor plot``.
 
 Each subcommand is a function ``_add_<name>(subparsers)`` that registers its parser and sets
 ``func``; heavy imports happen inside the handler, never at import time. A bad command line is
@@ -153,6 +153,41 @@ def _add_audit(sub) -> None:
     _add_audit_hardware(audit_sub)
 
 
+def _cmd_replay(args) -> int:
+    from .monitor.flight import replay
+    print(replay(args.file, args.device))
+    return 0
+
+
+def _add_replay(sub) -> None:
+    p = sub.add_parser("replay", help="re-run the module a flight record holds in float64 and in its format",
+                       description="Replay a lowbit.monitor flight record (flight=PATH): run the culprit module as "
+                                   "recorded and in float64, and show where they part (which op, which elements). "
+                                   "The file is a pickle: replay only files you trust.")
+    p.add_argument("file", help="the flight record (.pt)")
+    p.add_argument("--device", default="cpu",
+                   help="where to replay (default cpu: lowbit layers run the exact emulation)")
+    p.set_defaults(func=_cmd_replay)
+
+
+def _cmd_monitor_plot(args) -> int:
+    from .monitor.plot import plot
+    out = args.out or (args.file.rsplit(".", 1)[0] + ".png")
+    print(f"wrote {plot(args.file, out, args.top)}")
+    return 0
+
+
+def _add_monitor(sub) -> None:
+    p = sub.add_parser("monitor", help="lowbit.monitor logs (plot: PNG of a JSON lines log)")
+    monitor_sub = p.add_subparsers(dest="monitor_command")
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+    q = monitor_sub.add_parser("plot", help="PNG of amax and scale over steps, and overflow/underflow per layer")
+    q.add_argument("file", help="the JSON lines log (lowbit.monitor(model, log=PATH))")
+    q.add_argument("--out", help="the PNG (default: FILE with .png)")
+    q.add_argument("--top", type=int, default=12, help="casts shown (the worst by saturated + flushed fraction)")
+    q.set_defaults(func=_cmd_monitor_plot)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="lowbit", description="numerics-aware low-precision training")
     parser.add_argument("--version", action="version", version=f"lowbit {_version()}")
@@ -160,6 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_formats(sub)
     _add_demo(sub)
     _add_audit(sub)
+    _add_replay(sub)
+    _add_monitor(sub)
     return parser
 
 

@@ -4,7 +4,7 @@ import torch
 
 # Training tests (tiny tensors, many steps): one intra-op thread. On a shared 2-core machine
 # OpenMP threads waiting on each other made their steps 10-20x slower.
-_ONE_THREAD_DIRS = ("nn", "convert", "demo")
+_ONE_THREAD_DIRS = ("nn", "convert", "demo", "monitor")
 
 
 @pytest.fixture(autouse=True)

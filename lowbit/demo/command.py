@@ -1,5 +1,6 @@
-"""``lowbit demo [--formats fp8,nvfp4] [--size tiny|small|50m] [--steps N] [--seeds N] [--out DIR]``: train the
-demo GPT in the baseline and each format, print the table last, write ``demo.json`` and
+"""``lowbit demo [--formats fp8,nvfp4] [--size tiny|small|50m] [--steps N] [--seeds N] [--out DIR]
+[--monitor]``: train the demo GPT in the baseline and each format (each run watched by
+``lowbit.monitor`` with ``--monitor``, its JSON lines in ``--out``), print the table last, write ``demo.json`` and
 ``demo_loss.png`` into ``--out`` (default: the current folder).
 
 Bad values are argparse errors (one line naming the value and the choices, exit status 2): every
@@ -57,6 +58,8 @@ def add_arguments(p) -> None:
     p.add_argument("--out", default=".", help="folder for demo.json and demo_loss.png")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--eager", action="store_true", help="CUDA: eager steps instead of CUDA-graph replay")
+    p.add_argument("--monitor", action="store_true",
+                   help="watch every run with lowbit.monitor: JSON lines in --out, its report after the table")
 
 
 def _compared(cfg, asked_baseline) -> str:
@@ -79,7 +82,8 @@ def run(args) -> int:
     cfg = train.DemoConfig(formats=args.formats, size=args.size, steps=args.steps, batch=args.batch,
                            seed=args.seed, seeds=args.seeds, device=args.device, backend=args.backend,
                            baseline=args.baseline, progress=not args.no_progress,
-                           graph=False if args.eager else None).resolved()
+                           graph=False if args.eager else None,
+                           monitor=out if args.monitor else None).resolved()
     png, js = os.path.join(out, "demo_loss.png"), os.path.join(out, "demo.json")
     print(_compared(cfg, args.baseline is not None))
     print(f"lowbit demo: writes {js} and {png}")
@@ -94,4 +98,7 @@ def run(args) -> int:
     print(f"wrote {js}" + (f" and {png} ({result['png_writer']})" if result["png_writer"] else
                            "; no PNG: no run finished"))
     print(table(result))
+    for r in result["runs"]:
+        if r.get("monitor"):
+            print(f"\n[{r['format']}] {r['monitor']['report']}")
     return 1 if any(r.get("error") for r in result["runs"]) else 0

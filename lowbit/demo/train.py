@@ -21,10 +21,15 @@ one seed do), so one seed cannot resolve a 0.5% gap.
 
 On CUDA the step is replayed from a CUDA graph (``step.py``) unless ``graph=False`` or the format
 rounds gradients stochastically (NVFP4), which keeps it eager.
+
+``monitor`` (a folder): every run is watched by ``lowbit.monitor`` (records inside the CUDA graph
+too), logged to ``monitor_<format>_seed<seed>.jsonl`` there; the row gets the monitor's events
+count, first non-finite event and report.
 """
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 import traceback
@@ -99,6 +104,7 @@ class DemoConfig:
     extra: dict = field(default_factory=dict)
     seeds: int = 1
     graph: Optional[bool] = None
+    monitor: Optional[str] = None
 
     def resolved(self) -> "DemoConfig":
         if self.size not in SIZES:
@@ -115,7 +121,7 @@ class DemoConfig:
                           self.batch or DEFAULT_BATCH[self.size], self.lr or DEFAULT_LR[self.size], self.seed, dev,
                           self.corpus_bytes or DEFAULT_CORPUS[self.size],
                           self.backend, base, self.progress, self.val_batches, dict(self.extra),
-                          max(1, int(self.seeds)), self.graph)
+                          max(1, int(self.seeds)), self.graph, self.monitor)
 
 
 def _lr(step: int, total: int, base: float) -> float:
@@ -177,6 +183,11 @@ def train_one(fmt: str, cfg: DemoConfig, train_data, val_data, seed: Optional[in
     bar = _Progress(fmt, cfg.steps, cfg.progress)
     amp = cfg.baseline == "bf16"
     graph = (dev.type == "cuda" if cfg.graph is None else cfg.graph) and _capturable(fmt)
+    mon = None
+    if cfg.monitor:
+        os.makedirs(cfg.monitor, exist_ok=True)
+        mon = lowbit.monitor(model, log=os.path.join(cfg.monitor, f"monitor_{fmt}_seed{seed}.jsonl"),
+                             on_anomaly="record")
     train_step = TrainStep(model, opt, amp, dev, graph)
     losses, t0, tokens = [], None, 0
     for step in range(cfg.steps):
@@ -187,6 +198,8 @@ def train_one(fmt: str, cfg: DemoConfig, train_data, val_data, seed: Optional[in
         x, y = _batch(train_data, torch.randint(0, len(train_data) - T - 1, (B,), generator=g), T, dev)
         set_lr(opt, _lr(step, cfg.steps, cfg.lr))
         losses.append(train_step(x, y))  # no host sync per step; read when the bar redraws
+        if mon is not None:
+            mon.step()
         tokens += B * T
         elapsed = time.time() - t0 if t0 else 0.0
         bar.update(step, lambda: losses[-1].item(), tokens / elapsed if elapsed > 0 else 0.0)
@@ -199,7 +212,12 @@ def train_one(fmt: str, cfg: DemoConfig, train_data, val_data, seed: Optional[in
         val = [float(model(*_batch(val_data, torch.randint(0, len(val_data) - T - 1, (B,), generator=gv), T, dev)))
                for _ in range(cfg.val_batches)]
     tail = losses[-max(1, len(losses) // 10):]
-    return {"format": fmt, "losses": losses, "final_loss": sum(tail) / len(tail), "val_loss": sum(val) / len(val),
+    watched = {}
+    if mon is not None:
+        mon.detach()
+        watched = {"monitor": {"events": len(mon.events), "first_nonfinite": str(mon.first_nonfinite or ""),
+                               "report": mon.report(print_it=False)}}
+    return {**watched, "format": fmt, "losses": losses, "final_loss": sum(tail) / len(tail), "val_loss": sum(val) / len(val),
             "tokens_per_s": tps, "peak_mem_mb": torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None,
             "params": model.n_params(), "converted_layers": n_conv, "seed": seed,
             "graph": train_step.graph is not None, "graph_error": train_step.graph_error, "error": None}

@@ -1,0 +1,122 @@
+"""One pass over a tensor for every statistic of a record (``stats`` columns), in Triton.
+
+Each program walks the flat tensor in ``BLOCK``-element tiles, grid-strided, and keeps per-lane
+counters (int32) and the per-lane finite max in fp32; then it adds its totals to the row with
+float64 atomics (counts are integers: the sum is exact in any order) and takes the max with an
+atomic max. With a tensorwise ``scale`` it also counts ``|x / scale| > limit`` (saturated:
+``stats.saturation_limit``; the quotient rounded as IEEE fp32 division, ``div_rn``) and ``x != 0
+and |x / scale| <= tiny`` (flushed to zero; ``tiny = min_subnormal / 2``). A program that saw a
+non-finite element takes a clock ticket (``atomic_add(clock, 1)``) and keeps the smallest in
+``seq``: the kernels of one stream run one after the other, so every ticket of an earlier record
+is smaller. Program 0 adds the element count and the call, and writes the scale.
+
+The tensor is read once, in its own dtype (fp16, bf16, fp32), from any dense layout (the
+statistics do not depend on the order of the elements); anything else goes back to torch ops.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from ..kernels.triton.runtime import cdiv, interpreting, runnable, sm_count
+from .stats import COL, saturation_limit
+
+__all__ = ["launch", "BLOCK"]
+
+BLOCK = 4096
+PROGRAMS_PER_SM = 4
+
+
+@triton.jit
+def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, when_ptr, limit, tiny,
+                  C_NF: tl.constexpr, C_AMAX: tl.constexpr, C_SAT: tl.constexpr, C_UF: tl.constexpr,
+                  C_NZ: tl.constexpr, C_NUMEL: tl.constexpr, C_SEQ: tl.constexpr, C_SCALE: tl.constexpr,
+                  C_CALLS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_WHEN: tl.constexpr, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    go = True
+    if HAS_WHEN:  # record only if that row has seen a non-finite element: else no tile is read
+        go = tl.load(when_ptr + C_NF) > 0.0
+    n_go = tl.where(go, n, 0)
+    step = tl.num_programs(0).to(tl.int64) * BLOCK
+    lanes = tl.arange(0, BLOCK)
+    nf = tl.zeros([BLOCK], dtype=tl.int32)
+    sat = tl.zeros([BLOCK], dtype=tl.int32)
+    uf = tl.zeros([BLOCK], dtype=tl.int32)
+    nz = tl.zeros([BLOCK], dtype=tl.int32)
+    amax = tl.zeros([BLOCK], dtype=tl.float32)
+    if HAS_SCALE:
+        s = tl.load(scale_ptr)
+    for start in range(pid.to(tl.int64) * BLOCK, n_go, step):
+        offs = start + lanes
+        m = offs < n
+        x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)
+        a = tl.abs(x)
+        fin = a < float("inf")  # False for NaN and +-inf
+        nf += (~fin).to(tl.int32)
+        amax = tl.maximum(amax, tl.where(fin, a, 0.0))
+        if HAS_SCALE:
+            y = tl.abs(tl.math.div_rn(x, s))
+            nonzero = a != 0.0
+            sat += (y > limit).to(tl.int32)
+            uf += (nonzero & (y <= tiny)).to(tl.int32)
+            nz += nonzero.to(tl.int32)
+    n_nf = tl.sum(nf, axis=0)
+    tl.atomic_add(row_ptr + C_NF, n_nf.to(tl.float64), mask=go)
+    tl.atomic_max(row_ptr + C_AMAX, tl.max(amax, axis=0).to(tl.float64), mask=go)
+    if HAS_SCALE:
+        tl.atomic_add(row_ptr + C_SAT, tl.sum(sat, axis=0).to(tl.float64), mask=go)
+        tl.atomic_add(row_ptr + C_UF, tl.sum(uf, axis=0).to(tl.float64), mask=go)
+        tl.atomic_add(row_ptr + C_NZ, tl.sum(nz, axis=0).to(tl.float64), mask=go)
+    bad = n_nf > 0
+    ticket = tl.atomic_add(clock_ptr, 1.0, mask=bad)
+    tl.atomic_min(row_ptr + C_SEQ, ticket, mask=bad)
+    first = go & (pid == 0)
+    tl.atomic_add(row_ptr + C_NUMEL, n.to(tl.float64), mask=first)
+    tl.atomic_add(row_ptr + C_CALLS, 1.0, mask=first)
+    if HAS_SCALE:
+        tl.store(row_ptr + C_SCALE, s.to(tl.float64), mask=first)
+
+
+def _dense(x: torch.Tensor) -> bool:
+    """Whether ``x``'s elements fill ``numel`` consecutive memory slots (some permutation of a
+    contiguous tensor)."""
+    expected = 1
+    for size, stride in sorted((d for d in zip(x.shape, x.stride()) if d[0] != 1), key=lambda d: d[1]):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _flat(x: torch.Tensor) -> Optional[torch.Tensor]:
+    """``x``'s elements as a contiguous 1-D view of its memory (any dense layout), else None."""
+    if x.is_contiguous():
+        return x.reshape(-1)
+    if _dense(x):
+        return x.as_strided((x.numel(),), (1,), x.storage_offset())
+    return None
+
+
+def launch(stats: torch.Tensor, slot: int, x: torch.Tensor, scale: Optional[torch.Tensor], fmt, when: int = -1) -> bool:
+    """Reduce ``x`` into ``stats[slot]`` (if ``when >= 0``: only when ``stats[when]`` counted a
+    non-finite element); False (nothing launched) when the kernel can't take it."""
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32) or x.device != stats.device:
+        return False
+    flat = _flat(x)
+    if flat is None:
+        return False
+    n = flat.numel()
+    limit = 4 if interpreting() else PROGRAMS_PER_SM * sm_count(x.device)
+    grid = (max(1, min(cdiv(n, BLOCK), limit)),)
+    has_scale = scale is not None
+    s = scale.reshape(()).to(torch.float32) if has_scale else stats  # any pointer when unused
+    runnable(_stats_kernel)[grid](
+        flat, n, stats[slot], stats[-1], s, stats[when] if when >= 0 else stats,
+        saturation_limit(fmt) if has_scale else 0.0, float(fmt.min_subnormal) / 2 if has_scale else 0.0,
+        COL["nonfinite"], COL["amax"], COL["saturated"], COL["underflow"], COL["nonzero"], COL["numel"],
+        COL["seq"], COL["scale"], COL["calls"], HAS_SCALE=has_scale, HAS_WHEN=when >= 0, BLOCK=BLOCK, num_warps=8)
+    return True
+
