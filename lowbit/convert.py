@@ -31,6 +31,12 @@ What is skipped, with one warning listing every skipped layer and why:
   converted with another recipe (an error: ``unconvert`` first), and layers on a device no
   backend serves.
 
+Attention: ``attention=True`` (or an ``AttentionRecipe``) also routes the model's attention to
+lowbit's FP8 attention (``lowbit.nn.hf_attention.route_attention``): Hugging Face models get the
+attention implementation "lowbit"; other models are left alone with a warning (no global patching:
+call ``lowbit.nn.functional.scaled_dot_product_attention`` in their forward). ``unconvert`` puts
+the previous attention implementation back.
+
 Backends: ``backend`` names the GEMM backend ("auto", "torch", "triton" once registered). A named
 backend that cannot serve a layer's device falls back to "auto" (which ends at the exact "torch"
 emulation) with one warning: the documented fallback. Converting twice with the same recipe is
@@ -39,12 +45,14 @@ idempotent; ``unconvert(model)`` puts the original classes back with the same pa
 from __future__ import annotations
 
 import warnings
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from torch import nn
 
+from .nn.hf_attention import route_attention, unroute_attention
 from .nn.linear import Linear, LowbitModule, TransposedLinear, is_hf_conv1d, is_state_key
 from .nn.spec import backend_problem, dtype_problem, shape_problem
+from .scaling.attention import AttentionRecipe
 from .scaling.recipes import MX, NV, Blockwise, Current, Delayed, Recipe, Rowwise
 
 __all__ = ["convert", "unconvert", "plain_state_dict", "FORMATS", "HEAD_NAMES", "recipe_for"]
@@ -135,8 +143,10 @@ def _set(model: nn.Module, name: str, new: nn.Module) -> None:
 
 
 def convert(model: nn.Module, fmt: str = "fp8", recipe: Optional[Recipe] = None,
-            filter: Optional[Callable[[str, nn.Module], bool]] = None, backend: str = "auto") -> nn.Module:
-    """Swap the model's Linear layers for ``lowbit.nn`` ones (in place) and return the model.
+            filter: Optional[Callable[[str, nn.Module], bool]] = None, backend: str = "auto",
+            attention: Union[bool, AttentionRecipe] = False) -> nn.Module:
+    """Swap the model's Linear layers for ``lowbit.nn`` ones (in place) and return the model;
+    ``attention``: also route its attention to FP8 (True: ``AttentionRecipe()``; module docstring).
 
     A bare ``nn.Linear`` passed as ``model`` cannot be swapped in place: use the returned module.
     """
@@ -172,11 +182,15 @@ def convert(model: nn.Module, fmt: str = "fp8", recipe: Optional[Recipe] = None,
     if fell_back:
         warnings.warn(f"lowbit.convert: backend {backend!r} cannot serve the device of {', '.join(fell_back)}; "
                       "those layers use backend='auto' (ends at the exact 'torch' emulation)", stacklevel=2)
+    if attention is not False:
+        route_attention(model, AttentionRecipe() if attention is True else attention)
     return out
 
 
 def unconvert(model: nn.Module) -> nn.Module:
-    """Put the original module classes back (same Parameter objects), in place; returns the model."""
+    """Put the original module classes back (same Parameter objects) and the attention
+    implementation ``convert(attention=...)`` replaced, in place; returns the model."""
+    unroute_attention(model)
     if isinstance(model, LowbitModule):
         return model.to_float()
     for name, mod in list(model.named_modules()):
