@@ -26,7 +26,7 @@ def _both(q, k, v, dout, **kw):
 
 
 CASES = {  # (B, Hq, Hkv, Sq, Sk, D, Dv), kwargs, input dtype
-    "causal-gqa-bf16": ((2, 2, 1, 45, 45, 32, 32), dict(causal=True), torch.bfloat16),
+    "causal-gqa-bf16": ((2, 2, 1, 35, 35, 32, 32), dict(causal=True), torch.bfloat16),
     "d64-causal": ((1, 1, 1, 70, 70, 64, 64), dict(causal=True), torch.float32),
     "cross-window-hadamard": ((1, 2, 2, 20, 50, 32, 32), dict(window=(8, 3), recipe=AttentionRecipe(hadamard=True)),
                               torch.float32),
@@ -72,6 +72,7 @@ def test_packed_sequences():
             torch.testing.assert_close(got[a:b].transpose(0, 1)[None], want, rtol=0, atol=0)
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # numpy, on the NaN itself
 def test_nan_in_nan_out():
     """A NaN in K makes the scores of its block NaN: the outputs that read it are NaN, not clipped."""
     q, k, v = outlier_inputs([(1, 1, 40, 32)] * 3)

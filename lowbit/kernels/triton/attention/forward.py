@@ -122,4 +122,4 @@ def _spec(dp, dvp, bm, bn, warps, stages):
                                                       INTERPRET=False), warps, stages)
 
 
-SCAN_SPECS = (_spec(128, 128, 128, 128, 8, 3), _spec(256, 256, 64, 64, 8, 2))
+SCAN_SPECS = (_spec(128, 128, 128, 128, 8, 3),)
