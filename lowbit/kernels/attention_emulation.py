@@ -133,6 +133,8 @@ def emulated_forward(q, k, v, *, causal: bool, window, scale: float, recipe: Att
     """(O in q's dtype, lse fp32 (B, H, S) in log2 units) as the kernel computes them (``block_n``
     is clipped to the recipe's scale block, as the kernels' tiles are)."""
     block_n = recipe.tiles(block_n, block_n)[1]
+    if q.shape[2] == 0 or k.shape[2] == 0:  # no query, or no key to see: O = 0, lse = -inf
+        return q.new_zeros((*q.shape[:3], v.shape[-1])), torch.full(q.shape[:3], float("-inf"), device=q.device)
     (qc, sq), (kc, sk), (vc, sv), _, hb = _prepare(q, k, v, recipe)
     hq = q.shape[1]
     kc, sk, vc, sv = (_expand_kv(t, hq) for t in (kc, sk, vc, sv))
@@ -164,6 +166,8 @@ def emulated_backward(q, k, v, out, lse, dout, *, causal: bool, window, scale: f
                       block_m: int, block_n: int):
     """(dq, dk, dv) in the inputs' dtypes, as the kernels compute them (module docstring)."""
     block_m, block_n = recipe.tiles(block_m, block_n)
+    if q.shape[2] == 0 or k.shape[2] == 0:
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     (qc, sq), (kc, sk), (vc, sv), rot, hb = _prepare(q, k, v, recipe)
     doc, sdo = quantize_tokens(dout.float(), recipe.block)
     hq, hkv = q.shape[1], k.shape[1]

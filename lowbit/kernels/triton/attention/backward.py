@@ -77,9 +77,8 @@ def attention_dkdv_kernel(q_desc, qt_desc, k_desc, v_desc, do_desc, dot_desc, SQ
     and transposed ``(Z*H*DP, SP)`` (blocks (DP, BLOCK_M)). ``lo_off``/``hi_off``: the
     query-minus-key offsets a key sees (the forward's, negated and swapped)."""
     pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // HKV
-    hk = bh % HKV
+    hk = tl.program_id(1)
+    b = tl.program_id(2)
     group = HQ // HKV
     start, start_pad, n_q, z = seq_bounds(b, CU, CU_PAD, S_Q, VARLEN)
     n_k = n_q if VARLEN else S_K
@@ -151,9 +150,8 @@ def attention_dq_kernel(q_desc, k_desc, kt_desc, v_desc, do_desc, SQ, SK, SV, SD
                         SB: tl.constexpr, VARLEN: tl.constexpr, INTERPRET: tl.constexpr):
     """``lo_off``/``hi_off``: key-minus-query offsets a query sees (as the forward)."""
     pid = tl.num_programs(0) - 1 - tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // HQ
-    h = bh % HQ
+    h = tl.program_id(1)
+    b = tl.program_id(2)
     hk = h // (HQ // HKV)
     start, start_pad, n_q, z = seq_bounds(b, CU, CU_PAD, S_Q, VARLEN)
     n_k = n_q if VARLEN else S_K

@@ -67,9 +67,8 @@ def attention_fwd_kernel(q_desc, k_desc, vt_desc, SQ, SK, SV, O, LSE, CU, CU_PAD
     (BLOCK_N, DP), V^T ``(Z*HKV*DVP, SPK)`` with blocks (DVP, BLOCK_N). ``c = scale * log2(e) / hb``;
     ``lo_off``/``hi_off``: the key-minus-query offsets a query sees (``common.visible``)."""
     pid = tl.num_programs(0) - 1 - tl.program_id(0)  # longest (causal) rows first
-    bh = tl.program_id(1)
-    b = bh // HQ
-    h = bh % HQ
+    h = tl.program_id(1)
+    b = tl.program_id(2)
     hk = h // (HQ // HKV)
     start, start_pad, n_q, z = seq_bounds(b, CU, CU_PAD, S_Q, VARLEN)
     n_k = n_q if VARLEN else S_K

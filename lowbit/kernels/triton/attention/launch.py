@@ -179,7 +179,7 @@ def attention_fwd(q, k, v, *, causal: bool, window, scale: float, recipe: Attent
     bm, bn = recipe.tiles(tune.fwd_block_m, tune.fwd_block_n)
     lo, hi = window_offsets(causal, window)
     c = scale * LOG2E / recipe.rotation_block(geo.d)
-    runnable(attention_fwd_kernel)[(cdiv(geo.s_q, bm), geo.nseq * geo.hq)](
+    runnable(attention_fwd_kernel)[(cdiv(geo.s_q, bm), geo.hq, geo.nseq)](
         _desc(qc, bm, geo.dp), _desc(kc, bn, geo.dp), _desc(vt, geo.dvp, bn), sq, sk, sv, out, lse,
         cu if cu is not None else sq, cu_pad if cu_pad is not None else sq,
         *_strides(out, geo.varlen), geo.s_q, geo.s_k, geo.spq, geo.spk, geo.hq, geo.hkv, geo.nbq, geo.nbk, geo.dv,
@@ -212,12 +212,12 @@ def attention_bwd(dout, q, k, v, out, lse, *, causal: bool, window, scale: float
     consts = dict(DP=geo.dp, DVP=geo.dvp, BLOCK_M=bm, BLOCK_N=bn, SB=recipe.block, VARLEN=geo.varlen,
                   INTERPRET=interp)
     sizes = (geo.s_q, geo.s_k, geo.spq, geo.spk, geo.hq, geo.hkv, geo.nbq, geo.nbk, geo.d)
-    runnable(attention_dkdv_kernel)[(cdiv(geo.s_k, bn), geo.nseq * geo.hkv)](
+    runnable(attention_dkdv_kernel)[(cdiv(geo.s_k, bn), geo.hkv, geo.nseq)](
         _desc(qc, bm, geo.dp), _desc(qt, geo.dp, bm), _desc(kc, bn, geo.dp), _desc(vc, bn, geo.dvp),
         _desc(doc, bm, geo.dvp), _desc(dot, geo.dvp, bm), sq, sk, sv, sdo, lse, delta, dk, dv, cu_, cu_pad_,
         *_strides(dk, geo.varlen), *_strides(dv, geo.varlen), *sizes, geo.dv, c, c_ln, -hi, -lo, **consts,
         num_warps=tune.dkdv_warps, num_stages=tune.dkdv_stages)
-    runnable(attention_dq_kernel)[(cdiv(geo.s_q, bm), geo.nseq * geo.hq)](
+    runnable(attention_dq_kernel)[(cdiv(geo.s_q, bm), geo.hq, geo.nseq)](
         _desc(qc, bm, geo.dp), _desc(kc, bn, geo.dp), _desc(kt, geo.dp, bn), _desc(vc, bn, geo.dvp),
         _desc(doc, bm, geo.dvp), sq, sk, sv, sdo, lse, delta, dq, cu_, cu_pad_, *_strides(dq, geo.varlen), *sizes,
         c, c_ln, lo, hi, **consts, num_warps=tune.dq_warps, num_stages=tune.dq_stages)
