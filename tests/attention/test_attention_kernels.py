@@ -1,7 +1,8 @@
 """The Triton kernels (interpreted, on CPU tensors) against the exact emulation, forward and
 backward, on tiny shapes that cross the interpreter's 32-wide tiles: ragged ends, causal and
 windowed masks, cross attention, GQA, packed sequences, non-power-of-two head dims (192/128 and
-48/32), the Hadamard option, per-head scales, fp32 and bf16 inputs. The emulation computes the
+48/32), the Hadamard option, per-head scales, Q quantized by the pass or inside the forward,
+fp32 and bf16 inputs. The emulation computes the
 kernels' numbers up to fp32 summation order, so the two agree far inside the FP8 error; both stay
 within 1.25x of the plain per-head E4M3 baseline's error against float64 (``attention_reference``).
 NaN inputs give NaN outputs."""
@@ -27,9 +28,12 @@ def _both(q, k, v, dout, **kw):
 
 CASES = {  # (B, Hq, Hkv, Sq, Sk, D, Dv), kwargs, input dtype
     "causal-gqa-bf16": ((2, 2, 1, 35, 35, 32, 32), dict(causal=True), torch.bfloat16),
-    "d64-causal": ((1, 1, 1, 70, 70, 64, 64), dict(causal=True), torch.float32),
-    "cross-window-hadamard": ((1, 2, 2, 20, 50, 32, 32), dict(window=(8, 3), recipe=AttentionRecipe(hadamard=True)),
-                              torch.float32),
+    # block=32 is the interpreter's tile: the forward quantizes Q itself (FUSE_Q)
+    "d64-causal-fused-q": ((1, 1, 1, 70, 70, 64, 64), dict(causal=True, recipe=AttentionRecipe(block=32)),
+                           torch.float32),
+    "cross-window-hadamard-fused-q": ((1, 2, 2, 20, 50, 32, 32),
+                                      dict(window=(8, 3), recipe=AttentionRecipe(hadamard=True, block=32)),
+                                      torch.bfloat16),
     "d192-dv128-causal-window": ((1, 1, 1, 40, 40, 192, 128), dict(causal=True, window=(16, None)), torch.float32),
     "d48-dv32-per-head-scales": ((1, 2, 1, 33, 33, 48, 32), dict(recipe=AttentionRecipe(block=0)), torch.float32),
 }

@@ -24,20 +24,17 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ...quantize_jit_helpers import _amax_to_scale, _finite_abs
-from .common import block_scale, fp8_codes, fp8_dot, scan_spec, seq_bounds, tile_range, visible
+from .common import block_scale, fp8_codes, fp8_dot, quantize_tile, scan_spec, seq_bounds, tile_range, visible
 
 __all__ = ["attention_dkdv_kernel", "attention_dq_kernel", "SCAN_SPECS"]
 
 
 @triton.jit
 def _ds_product(ds, other_t, INTERPRET: tl.constexpr):
-    """``(E4M3(ds * (1 / t)) @ other, t)``: the tile rounded with one scale ``t = amax / 448`` (NaN if
-    it holds inf/NaN), times the codes ``other`` (given transposed, as loaded), fp32."""
-    amax = tl.max(tl.max(_finite_abs(ds), 1), 0)
-    bad = tl.max(tl.max(tl.where(tl.abs(ds) < float("inf"), 0, 1), 1), 0)
-    t = tl.where(bad > 0, float("nan"), _amax_to_scale(amax, 448.0))
-    return fp8_dot(fp8_codes(ds * tl.div_rn(1.0, t), 448.0, INTERPRET), tl.trans(other_t), INTERPRET), t
+    """``(E4M3(ds * (1 / t)) @ other, t)``: the tile rounded with one scale ``t = amax / 448``
+    (``common.quantize_tile``), times the codes ``other`` (given transposed, as loaded), fp32."""
+    codes, t = quantize_tile(ds, INTERPRET)
+    return fp8_dot(codes, tl.trans(other_t), INTERPRET), t
 
 
 @triton.jit

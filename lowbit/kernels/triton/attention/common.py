@@ -16,7 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ...quantize_jit_helpers import _grid_round
+from ...quantize_jit_helpers import _amax_to_scale, _finite_abs, _grid_round
 from ...quantize_jit_helpers import scan_spec as _scan_spec
 
 BIG = 1 << 30
@@ -75,11 +75,54 @@ def fp8_codes(x, FMAX: tl.constexpr, INTERPRET: tl.constexpr):
 
 @triton.jit
 def fp8_dot(a, b, INTERPRET: tl.constexpr):
-    """``a @ b`` of E4M3 operands (``a`` from ``fp8_codes``, ``b`` loaded codes), fp32 result."""
+    """``a @ b`` of E4M3 operands (codes, or ``fp8_codes``' fp32 values when interpreted), fp32 result."""
     if INTERPRET:
-        return tl.dot(a, b.to(tl.float32), input_precision="ieee")
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
     else:
         return tl.dot(a, b)
+
+
+@triton.jit
+def rotation_block(R, c0, DC: tl.constexpr, DP: tl.constexpr, ROTATE: tl.constexpr):
+    """R's (DC, DC) diagonal block at ``c0`` (R is padded to (DP, DP) with zeros); 0 unless ROTATE."""
+    if ROTATE:
+        rr = c0 + tl.arange(0, DC)
+        return tl.load(R + rr[:, None] * DP + rr[None, :])
+    else:
+        return 0.0
+
+
+@triton.jit
+def rotate(x, r, R_IEEE: tl.constexpr):
+    """``x @ r`` with fp32 sums: an fp32 ``input_precision="ieee"`` dot (``R_IEEE``), else a
+    tensor-core dot in x's dtype (r's entries are +-1 or 0: exact in every float dtype)."""
+    if R_IEEE:
+        return tl.dot(x.to(tl.float32), r.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(x, r.to(x.dtype))
+
+
+@triton.jit
+def load_rows(X, x_base, stride_xs, stride_xd, r, rows, c0, n_rows, D,
+              DC: tl.constexpr, ROTATE: tl.constexpr, R_IEEE: tl.constexpr):
+    """fp32 (CHUNK, DC) tile of rows ``rows`` (masked past ``n_rows``) and columns ``c0 ..`` (masked
+    past D), times the rotation block ``r`` when ROTATE."""
+    cols = c0 + tl.arange(0, DC)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < D)
+    x = tl.load(X + x_base + rows[:, None].to(tl.int64) * stride_xs + cols[None, :] * stride_xd, mask=mask, other=0.0)
+    if ROTATE:
+        x = rotate(x, r, R_IEEE)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def quantize_tile(x, INTERPRET: tl.constexpr):
+    """(E4M3 codes of ``x * RN(1 / s)``, s) for an fp32 tile with one scale ``s = amax / 448``
+    (1 for an all-zero tile, NaN if it holds inf/NaN): the numbers of the quantize pass."""
+    amax = tl.max(tl.max(_finite_abs(x), 1), 0)
+    bad = tl.max(tl.max(tl.where(tl.abs(x) < float("inf"), 0, 1), 1), 0)
+    s = tl.where(bad > 0, float("nan"), _amax_to_scale(amax, 448.0))
+    return fp8_codes(x * tl.div_rn(1.0, s), 448.0, INTERPRET), s
 
 
 def scan_spec(kernel, signature: dict, constexprs: dict, num_warps: int, num_stages: int) -> dict:

@@ -1,6 +1,7 @@
 """FP8 attention forward: one program per (query tile, sequence, head), keys from last to first.
 
-Inputs are the quantize pass's codes, read through TMA descriptors: Q and K natural
+Inputs are the quantize pass's codes, read through TMA descriptors (Q quantized here instead when
+its tile is one scale block, ``FUSE_Q``): Q and K natural
 ``(Z*H*SP, DP)``, V transposed ``(Z*HKV*DVP, SP)`` (so both products take K-major operands from
 shared memory, as fp8 wgmma needs), and their per-block scales. Per key block (``BLOCK_N`` keys,
 scales ``sk``, ``sv``; ``g = sq * scale * log2(e) / hb`` for this query tile):
@@ -27,7 +28,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import block_scale, fp8_codes, fp8_dot, scan_spec, seq_bounds, tile_range, visible
+from .common import (block_scale, fp8_codes, fp8_dot, quantize_tile, rotate, scan_spec, seq_bounds, tile_range,
+                     visible)
 
 __all__ = ["attention_fwd_kernel", "SCAN_SPECS"]
 
@@ -37,7 +39,7 @@ def _fwd_block(acc, l_i, m_i, q, k_desc, vt_desc, k_row, vt_row, vt_col, SK, SV,
                lo_off, hi_off, BLOCK_N: tl.constexpr, SB: tl.constexpr, MASK: tl.constexpr,
                INTERPRET: tl.constexpr):
     cols = start + tl.arange(0, BLOCK_N)
-    s = tl.dot(q, k_desc.load([k_row + start, 0]).T)
+    s = fp8_dot(q, k_desc.load([k_row + start, 0]).T, INTERPRET)
     sk = block_scale(SK, s_base, start, SB)
     sv = block_scale(SV, s_base, start, SB)
     if MASK:
@@ -58,14 +60,19 @@ def _fwd_block(acc, l_i, m_i, q, k_desc, vt_desc, k_row, vt_row, vt_col, SK, SV,
 
 
 @triton.jit
-def attention_fwd_kernel(q_desc, k_desc, vt_desc, SQ, SK, SV, O, LSE, CU, CU_PAD,
+def attention_fwd_kernel(q_desc, k_desc, vt_desc, x_desc, r_desc, SQ, SK, SV, O, LSE, CU, CU_PAD,
                          stride_ob, stride_oh, stride_os, stride_od,
-                         S_Q, S_K, SPQ, SPK, HQ, HKV, NBQ, NBK, DV, c, lo_off, hi_off,
+                         S_Q, S_K, SPQ, SPK, HQ, HKV, NBQ, NBK, D, DV, c, lo_off, hi_off,
                          DP: tl.constexpr, DVP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         SB: tl.constexpr, VARLEN: tl.constexpr, INTERPRET: tl.constexpr):
+                         SB: tl.constexpr, VARLEN: tl.constexpr, FUSE_Q: tl.constexpr, ROTATE: tl.constexpr,
+                         R_IEEE: tl.constexpr, INTERPRET: tl.constexpr):
     """Descriptors over the padded codes: Q and K ``(Z*H*SP, DP)`` with blocks (BLOCK_M, DP) and
-    (BLOCK_N, DP), V^T ``(Z*HKV*DVP, SPK)`` with blocks (DVP, BLOCK_N). ``c = scale * log2(e) / hb``;
-    ``lo_off``/``hi_off``: the key-minus-query offsets a query sees (``common.visible``)."""
+    (BLOCK_N, DP), V^T ``(Z*HKV*DVP, SPK)`` with blocks (DVP, BLOCK_N). ``FUSE_Q`` (the tile is one
+    scale block): Q is read through ``x_desc``, a descriptor over the caller's tensor ((B, H, S, D),
+    blocks (1, 1, BLOCK_M, DP); packed (T, H, D), blocks (BLOCK_M, 1, DP)), and quantized here,
+    rotated by R (``r_desc``, (DP, DP)) when ``ROTATE``, with the quantize pass's numbers (``q_desc``
+    and SQ are then unused). ``c = scale * log2(e) / hb``; ``lo_off``/``hi_off``: the key-minus-query offsets a
+    query sees (``common.visible``)."""
     pid = tl.num_programs(0) - 1 - tl.program_id(0)  # longest (causal) rows first
     h = tl.program_id(1)
     b = tl.program_id(2)
@@ -75,8 +82,19 @@ def attention_fwd_kernel(q_desc, k_desc, vt_desc, SQ, SK, SV, O, LSE, CU, CU_PAD
     m0 = pid * BLOCK_M
     if m0 < n_q:
         rows = m0 + tl.arange(0, BLOCK_M)
-        q = q_desc.load([(z * HQ + h) * SPQ + start_pad + m0, 0])
-        g = block_scale(SQ, (b * HQ + h) * NBQ, m0, SB) * c
+        if FUSE_Q:
+            if VARLEN:  # rows past this sequence belong to the next one: zeroed
+                x = tl.reshape(x_desc.load([start + m0, h, 0]), (BLOCK_M, DP))
+                x = tl.where(rows[:, None] < n_q, x, 0.0)
+            else:
+                x = tl.reshape(x_desc.load([b, h, m0, 0]), (BLOCK_M, DP))
+            if ROTATE:
+                x = rotate(x, r_desc.load([0, 0]), R_IEEE)
+            q, sq = quantize_tile(x.to(tl.float32), INTERPRET)
+        else:
+            q = q_desc.load([(z * HQ + h) * SPQ + start_pad + m0, 0])
+            sq = block_scale(SQ, (b * HQ + h) * NBQ, m0, SB)
+        g = sq * c
         k_row = (z * HKV + hk) * SPK + start_pad
         vt_row = (z * HKV + hk) * DVP
         s_base = (b * HKV + hk) * NBK
@@ -108,16 +126,17 @@ def attention_fwd_kernel(q_desc, k_desc, vt_desc, SQ, SK, SV, O, LSE, CU, CU_PAD
 
 
 # ---- sm_90 compile configurations for fma_guard (the shipped head dims) --------------------------
-_SIG = {"SQ": "*fp32", "SK": "*fp32", "SV": "*fp32",
-        "O": "*bf16", "LSE": "*fp32", "CU": "*i32", "CU_PAD": "*i32",
-        **{p: "i32" for p in ("stride_ob", "stride_oh", "stride_os", "stride_od", "S_Q", "S_K", "SPQ", "SPK", "HQ", "HKV",
-                              "NBQ", "NBK", "DV", "lo_off", "hi_off")}, "c": "fp32"}
+_SIG = {"SQ": "*fp32", "SK": "*fp32", "SV": "*fp32", "O": "*bf16", "LSE": "*fp32", "CU": "*i32", "CU_PAD": "*i32",
+        "c": "fp32", **{p: "i32" for p in ("stride_ob", "stride_oh", "stride_os", "S_Q", "S_K", "SPQ", "SPK", "HQ",
+                                           "HKV", "NBQ", "NBK", "D", "DV", "lo_off", "hi_off")}}
 
 
 def _spec(dp, dvp, bm, bn, warps, stages):
-    sig = dict(_SIG, q_desc=f"tensordesc<fp8e4nv[{bm}, {dp}]>", k_desc=f"tensordesc<fp8e4nv[{bn}, {dp}]>",
-               vt_desc=f"tensordesc<fp8e4nv[{dvp}, {bn}]>")
-    return scan_spec(attention_fwd_kernel, sig, dict(stride_od=1, DP=dp, DVP=dvp, BLOCK_M=bm, BLOCK_N=bn, SB=128, VARLEN=False,
+    sig = dict(_SIG, q_desc=f"tensordesc<fp8e4nv[{bn}, {dp}]>", k_desc=f"tensordesc<fp8e4nv[{bn}, {dp}]>",
+               vt_desc=f"tensordesc<fp8e4nv[{dvp}, {bn}]>", x_desc=f"tensordesc<bf16[1, 1, {bm}, {dp}]>",
+               r_desc=f"tensordesc<bf16[{dp}, {dp}]>")
+    return scan_spec(attention_fwd_kernel, sig, dict(stride_od=1, DP=dp, DVP=dvp, BLOCK_M=bm, BLOCK_N=bn,
+                                                      SB=128, VARLEN=False, FUSE_Q=True, ROTATE=False, R_IEEE=False,
                                                       INTERPRET=False), warps, stages)
 
 

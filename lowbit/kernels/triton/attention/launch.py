@@ -111,6 +111,22 @@ def _like(x: torch.Tensor, dim: int, dtype) -> torch.Tensor:
     return torch.empty((*x.shape[:-1], dim), dtype=dtype, device=x.device)
 
 
+def _ieee_rotation(x: torch.Tensor) -> bool:
+    """Rotate in fp32 (``input_precision="ieee"``): fp32 inputs, and every input when interpreted
+    (the interpreter's bf16 dot is wrong); else a bf16/fp16 tensor-core dot (+-1 entries, fp32 sums)."""
+    return x.dtype == torch.float32 or interpreting()
+
+
+def _padded_rotation(rotation, x: torch.Tensor, dp: int, dummy: torch.Tensor) -> torch.Tensor:
+    """R padded to (DP, DP) with zeros, in x's dtype (+-1 is exact in every float dtype); ``dummy``
+    without rotation."""
+    if rotation is None:
+        return dummy
+    rot = torch.zeros((dp, dp), dtype=x.dtype, device=x.device)
+    rot[:rotation.shape[0], :rotation.shape[1]] = rotation
+    return rot
+
+
 def _quantize(x, geo: _Geometry, heads: int, s: int, sp: int, nb: int, recipe: AttentionRecipe,
               tune: AttentionTuning, cu, cu_pad, *, rotation=None, natural=True, transposed=False, o=None):
     """(codes, transposed codes, scales, delta) of ``x`` (``quantize.quantize_kernel``)."""
@@ -122,10 +138,7 @@ def _quantize(x, geo: _Geometry, heads: int, s: int, sp: int, nb: int, recipe: A
     scales = torch.empty((geo.nseq, heads, nb), dtype=torch.float32, device=dev)
     delta = torch.empty((geo.z, heads, sp), dtype=torch.float32, device=dev) if o is not None else None
     dummy = scales
-    rot = dummy
-    if rotation is not None:  # padded to (DP, DP), in x's dtype (+-1 is exact in every float dtype)
-        rot = torch.zeros((dp, dp), dtype=x.dtype, device=dev)
-        rot[:d, :d] = rotation
+    rot = _padded_rotation(rotation, x, dp, dummy)
     unit = recipe.block or geo.pad
     dc = recipe.rotation_block(d) if rotation is not None else min(dp, 128)
     runnable(quantize_kernel)[(nb, geo.nseq, heads)](
@@ -134,7 +147,7 @@ def _quantize(x, geo: _Geometry, heads: int, s: int, sp: int, nb: int, recipe: A
         o if o is not None else dummy, *(_strides(o, geo.varlen) if o is not None else (0, 0, 0, 0)),
         delta if o is not None else dummy, s, sp, heads, nb, d,
         BLOCK=recipe.block, PAD=geo.pad, CHUNK=min(tune.quant_chunk, unit), DC=dc, DP=dp,
-        VARLEN=geo.varlen, ROTATE=rotation is not None, R_IEEE=x.dtype == torch.float32, NATURAL=natural,
+        VARLEN=geo.varlen, ROTATE=rotation is not None, R_IEEE=_ieee_rotation(x), NATURAL=natural,
         TRANSPOSED=transposed, HAS_DELTA=o is not None, HW_CVT=0 if interpreting() else 1,
         num_warps=tune.quant_warps)
     view = lambda t: t.view(torch.float8_e4m3fn) if t is not None else None  # noqa: E731
@@ -145,6 +158,19 @@ def _desc(codes: torch.Tensor, rows: int, cols: int) -> TensorDescriptor:
     """A TMA descriptor over a padded code array seen as 2-D (all but the last dim flattened)."""
     flat = codes.view(-1, codes.shape[-1])
     return TensorDescriptor(flat, list(flat.shape), [flat.shape[-1], 1], [rows, cols])
+
+
+def _tma_ok(x: torch.Tensor) -> bool:
+    """A TMA descriptor can read ``x`` in place: unit last stride, 16-byte aligned base and strides."""
+    size = x.element_size()
+    return x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all((st * size) % 16 == 0 for st in x.stride()[:-1])
+
+
+def _input_desc(x: torch.Tensor, rows: int, dp: int, varlen: bool) -> TensorDescriptor:
+    """A descriptor over the caller's dense (B, H, S, D) or packed (T, H, D) tensor: blocks of ``rows``
+    tokens of one head by ``dp`` columns (past D: zeros)."""
+    block = [rows, 1, dp] if varlen else [1, 1, rows, dp]
+    return TensorDescriptor(x, list(x.shape), list(x.stride()), block)
 
 
 def triton_support(q: torch.Tensor) -> Optional[str]:
@@ -170,20 +196,29 @@ def attention_fwd(q, k, v, *, causal: bool, window, scale: float, recipe: Attent
     geo, cu, cu_pad, tune = _setup(q, k, v, recipe, cu_seqlens, max_seqlen)
     interp = interpreting()
     rot = recipe.rotation(geo.d, q.device)
-    qc, _, sq, _ = _quantize(q, geo, geo.hq, geo.s_q, geo.spq, geo.nbq, recipe, tune, cu, cu_pad, rotation=rot)
+    bm, bn = recipe.tiles(tune.fwd_block_m, tune.fwd_block_n)
+    fuse_q = recipe.block == bm and (rot is None or geo.dp <= 128) and _tma_ok(q)  # Q's scale block is the tile
     kc, _, sk, _ = _quantize(k, geo, geo.hkv, geo.s_k, geo.spk, geo.nbk, recipe, tune, cu, cu_pad, rotation=rot)
     _, vt, sv, _ = _quantize(v, geo, geo.hkv, geo.s_k, geo.spk, geo.nbk, recipe, tune, cu, cu_pad, natural=False,
                              transposed=True)
+    k_desc = _desc(kc, bn, geo.dp)
+    if fuse_q:  # the kernel reads q itself: q_desc and sq unused
+        q_desc, sq = k_desc, sk
+        x_desc = _input_desc(q, bm, geo.dp, geo.varlen)
+        rot = _padded_rotation(rot, q, geo.dp, None)
+        r_desc = TensorDescriptor(rot, [geo.dp, geo.dp], [geo.dp, 1], [geo.dp, geo.dp]) if rot is not None else k_desc
+    else:
+        qc, _, sq, _ = _quantize(q, geo, geo.hq, geo.s_q, geo.spq, geo.nbq, recipe, tune, cu, cu_pad, rotation=rot)
+        q_desc = x_desc = r_desc = _desc(qc, bm, geo.dp)
     out = _like(q, geo.dv, torch.float32 if interp else q.dtype)
     lse = torch.empty((geo.z, geo.hq, geo.spq), dtype=torch.float32, device=q.device)
-    bm, bn = recipe.tiles(tune.fwd_block_m, tune.fwd_block_n)
     lo, hi = window_offsets(causal, window)
     c = scale * LOG2E / recipe.rotation_block(geo.d)
     runnable(attention_fwd_kernel)[(cdiv(geo.s_q, bm), geo.hq, geo.nseq)](
-        _desc(qc, bm, geo.dp), _desc(kc, bn, geo.dp), _desc(vt, geo.dvp, bn), sq, sk, sv, out, lse,
-        cu if cu is not None else sq, cu_pad if cu_pad is not None else sq,
-        *_strides(out, geo.varlen), geo.s_q, geo.s_k, geo.spq, geo.spk, geo.hq, geo.hkv, geo.nbq, geo.nbk, geo.dv,
-        c, lo, hi, DP=geo.dp, DVP=geo.dvp, BLOCK_M=bm, BLOCK_N=bn, SB=recipe.block, VARLEN=geo.varlen,
+        q_desc, k_desc, _desc(vt, geo.dvp, bn), x_desc, r_desc, sq, sk, sv, out, lse,
+        cu if cu is not None else sq, cu_pad if cu_pad is not None else sq, *_strides(out, geo.varlen), geo.s_q, geo.s_k, geo.spq, geo.spk, geo.hq, geo.hkv,
+        geo.nbq, geo.nbk, geo.d, geo.dv, c, lo, hi, DP=geo.dp, DVP=geo.dvp, BLOCK_M=bm, BLOCK_N=bn, SB=recipe.block,
+        VARLEN=geo.varlen, FUSE_Q=fuse_q, ROTATE=fuse_q and rot is not None, R_IEEE=_ieee_rotation(q),
         INTERPRET=interp, num_warps=tune.fwd_warps, num_stages=tune.fwd_stages)
     return (out.to(q.dtype) if interp else out), lse
 

@@ -23,35 +23,9 @@ import triton
 import triton.language as tl
 
 from ...quantize_jit_helpers import _amax_to_scale, _encode_fp8, _finite_abs
-from .common import scan_spec, seq_bounds
+from .common import load_rows, rotation_block, scan_spec, seq_bounds
 
 __all__ = ["quantize_kernel", "SCAN_SPECS"]
-
-
-@triton.jit
-def _rotation_block(R, c0, DC: tl.constexpr, DP: tl.constexpr, ROTATE: tl.constexpr):
-    """R's (DC, DC) diagonal block at ``c0`` (R is padded to (DP, DP) with zeros); 0 unless ROTATE."""
-    if ROTATE:
-        rr = c0 + tl.arange(0, DC)
-        return tl.load(R + rr[:, None] * DP + rr[None, :])
-    else:
-        return 0.0
-
-
-@triton.jit
-def _load_chunk(X, x_base, stride_xs, stride_xd, r, rows, c0, n_rows, D,
-                DC: tl.constexpr, ROTATE: tl.constexpr, R_IEEE: tl.constexpr):
-    """fp32 (CHUNK, DC) tile of rows ``rows`` (masked past ``n_rows``) and columns ``c0 ..`` (masked
-    past D), times the rotation block ``r`` when ROTATE."""
-    cols = c0 + tl.arange(0, DC)
-    mask = (rows[:, None] < n_rows) & (cols[None, :] < D)
-    x = tl.load(X + x_base + rows[:, None].to(tl.int64) * stride_xs + cols[None, :] * stride_xd, mask=mask, other=0.0)
-    if ROTATE:
-        if R_IEEE:
-            x = tl.dot(x.to(tl.float32), r.to(tl.float32), input_precision="ieee")
-        else:
-            x = tl.dot(x, r.to(x.dtype))
-    return x.to(tl.float32)
 
 
 @triton.jit
@@ -78,9 +52,9 @@ def quantize_kernel(X, stride_xb, stride_xh, stride_xs, stride_xd, CU, CU_PAD, R
         amax = 0.0
         bad = 0
         for c0 in range(0, DP, DC):  # pass 1: the block's amax (and inf/NaN)
-            r = _rotation_block(R, c0, DC, DP, ROTATE)
+            r = rotation_block(R, c0, DC, DP, ROTATE)
             for q0 in range(r0, r1, CHUNK):
-                x = _load_chunk(X, x_base, stride_xs, stride_xd, r, q0 + tl.arange(0, CHUNK), c0, n, D, DC,
+                x = load_rows(X, x_base, stride_xs, stride_xd, r, q0 + tl.arange(0, CHUNK), c0, n, D, DC,
                                 ROTATE, R_IEEE)
                 amax = tl.maximum(amax, tl.max(tl.max(_finite_abs(x), 1), 0))
                 bad = tl.maximum(bad, tl.max(tl.max(tl.where(tl.abs(x) < float("inf"), 0, 1), 1), 0))
@@ -103,11 +77,11 @@ def quantize_kernel(X, stride_xb, stride_xh, stride_xs, stride_xd, CU, CU_PAD, R
         tl.store(SC + (b * H + h) * NB + kb, scale)
         hz = (z * H + h).to(tl.int64) * SP * DP
         for c0 in range(0, DP, DC):  # pass 2: the codes
-            r = _rotation_block(R, c0, DC, DP, ROTATE)
+            r = rotation_block(R, c0, DC, DP, ROTATE)
             cols = c0 + tl.arange(0, DC)
             for q0 in range(r0, r1, CHUNK):
                 rows = q0 + tl.arange(0, CHUNK)
-                x = _load_chunk(X, x_base, stride_xs, stride_xd, r, rows, c0, n, D, DC, ROTATE, R_IEEE)
+                x = load_rows(X, x_base, stride_xs, stride_xd, r, rows, c0, n, D, DC, ROTATE, R_IEEE)
                 bits = _encode_fp8(x * inv, 448.0, -6, 3, True, HW_CVT).to(tl.uint8)
                 if NATURAL:
                     tl.store(C + hz + (start_pad + rows[:, None]).to(tl.int64) * DP + cols[None, :], bits)
