@@ -23,6 +23,9 @@ What is not computed in FP8, and what happens instead:
   ``window`` are fused), ``dropout_p > 0``, head dims other than multiples of 16 up to 256,
   float64 inputs, a CUDA GPU without FP8 tensor cores (below sm_90), inputs of other ranks;
   empty inputs go to torch without a warning.
+
+Under ``torch.compile`` the FP8 call is a graph break: it runs eagerly (its kernels launch from
+Python), the code around it is compiled.
 """
 from __future__ import annotations
 
@@ -141,6 +144,7 @@ def _recipe(recipe) -> AttentionRecipe:
     return recipe
 
 
+@torch.compiler.disable  # the kernels launch from Python: under torch.compile this call is a graph break
 def _run(q, k, v, cu, max_seqlen, causal, window, scale, recipe, backend):
     backend = select_backend(backend, q)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import block_scale, fp8_codes, fp8_dot, quantize_tile, scan_spec, seq_bounds, tile_range, visible
+from .common import block_scale, fp8_codes, fp8_dot, program_coords, quantize_tile, scan_spec, tile_range, visible
 
 __all__ = ["attention_dkdv_kernel", "attention_dq_kernel", "SCAN_SPECS"]
 
@@ -73,12 +73,8 @@ def attention_dkdv_kernel(q_desc, qt_desc, k_desc, v_desc, do_desc, dot_desc, SQ
     """Descriptors over the padded codes, natural ``(Z*H*SP, DP)`` (blocks of BLOCK_M or BLOCK_N rows)
     and transposed ``(Z*H*DP, SP)`` (blocks (DP, BLOCK_M)). ``lo_off``/``hi_off``: the
     query-minus-key offsets a key sees (the forward's, negated and swapped)."""
-    pid = tl.program_id(0)
-    hk = tl.program_id(1)
-    b = tl.program_id(2)
+    pid, hk, b, start, start_pad, n_q, n_k, z = program_coords(CU, CU_PAD, S_Q, S_K, VARLEN, False)
     group = HQ // HKV
-    start, start_pad, n_q, z = seq_bounds(b, CU, CU_PAD, S_Q, VARLEN)
-    n_k = n_q if VARLEN else S_K
     n0 = pid * BLOCK_N
     if n0 < n_k:
         keys = n0 + tl.arange(0, BLOCK_N)
@@ -146,12 +142,8 @@ def attention_dq_kernel(q_desc, k_desc, kt_desc, v_desc, do_desc, SQ, SK, SV, SD
                         DP: tl.constexpr, DVP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         SB: tl.constexpr, VARLEN: tl.constexpr, INTERPRET: tl.constexpr):
     """``lo_off``/``hi_off``: key-minus-query offsets a query sees (as the forward)."""
-    pid = tl.num_programs(0) - 1 - tl.program_id(0)
-    h = tl.program_id(1)
-    b = tl.program_id(2)
+    pid, h, b, start, start_pad, n_q, n_k, z = program_coords(CU, CU_PAD, S_Q, S_K, VARLEN, True)
     hk = h // (HQ // HKV)
-    start, start_pad, n_q, z = seq_bounds(b, CU, CU_PAD, S_Q, VARLEN)
-    n_k = n_q if VARLEN else S_K
     m0 = pid * BLOCK_M
     if m0 < n_q:
         rows = m0 + tl.arange(0, BLOCK_M)

@@ -34,6 +34,20 @@ def seq_bounds(b, CU, CU_PAD, S, VARLEN: tl.constexpr):
 
 
 @triton.jit
+def program_coords(CU, CU_PAD, S_Q, S_K, VARLEN: tl.constexpr, REVERSE: tl.constexpr):
+    """(tile index on grid axis 0, head (axis 1), sequence b (axis 2), b's first token, first padded
+    row, query length, key length, Z index). ``REVERSE``: the last tile first (causal: the longest
+    rows start first)."""
+    pid = tl.program_id(0)
+    if REVERSE:
+        pid = tl.num_programs(0) - 1 - pid
+    b = tl.program_id(2)
+    start, start_pad, n_q, z = seq_bounds(b, CU, CU_PAD, S_Q, VARLEN)
+    n_k = n_q if VARLEN else S_K
+    return pid, tl.program_id(1), b, start, start_pad, n_q, n_k, z
+
+
+@triton.jit
 def tile_range(a0, A: tl.constexpr, n_other, lo_off, hi_off, B: tl.constexpr):
     """Rows ``a0 .. a0 + A - 1`` of one axis see ``o`` on the other (length ``n_other``) when
     ``lo_off <= o - a <= hi_off``: ``(lo, lo_full, hi_full, hi)``, multiples of B, such that the

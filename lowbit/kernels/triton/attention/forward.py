@@ -28,7 +28,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import (block_scale, fp8_codes, fp8_dot, quantize_tile, rotate, scan_spec, seq_bounds, tile_range,
+from .common import (block_scale, fp8_codes, fp8_dot, program_coords, quantize_tile, rotate, scan_spec, tile_range,
                      visible)
 
 __all__ = ["attention_fwd_kernel", "SCAN_SPECS"]
@@ -73,12 +73,8 @@ def attention_fwd_kernel(q_desc, k_desc, vt_desc, x_desc, r_desc, SQ, SK, SV, O,
     rotated by R (``r_desc``, (DP, DP)) when ``ROTATE``, with the quantize pass's numbers (``q_desc``
     and SQ are then unused). ``c = scale * log2(e) / hb``; ``lo_off``/``hi_off``: the key-minus-query offsets a
     query sees (``common.visible``)."""
-    pid = tl.num_programs(0) - 1 - tl.program_id(0)  # longest (causal) rows first
-    h = tl.program_id(1)
-    b = tl.program_id(2)
+    pid, h, b, start, start_pad, n_q, n_k, z = program_coords(CU, CU_PAD, S_Q, S_K, VARLEN, True)
     hk = h // (HQ // HKV)
-    start, start_pad, n_q, z = seq_bounds(b, CU, CU_PAD, S_Q, VARLEN)
-    n_k = n_q if VARLEN else S_K
     m0 = pid * BLOCK_M
     if m0 < n_q:
         rows = m0 + tl.arange(0, BLOCK_M)
