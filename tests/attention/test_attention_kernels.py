@@ -28,9 +28,10 @@ def _both(q, k, v, dout, **kw):
 
 CASES = {  # (B, Hq, Hkv, Sq, Sk, D, Dv), kwargs, input dtype
     "causal-gqa-bf16": ((2, 2, 1, 35, 35, 32, 32), dict(causal=True), torch.bfloat16),
-    # block=32 is the interpreter's tile: the forward quantizes Q itself (FUSE_Q)
-    "d64-causal-fused-q": ((1, 1, 1, 70, 70, 64, 64), dict(causal=True, recipe=AttentionRecipe(block=32)),
-                           torch.float32),
+    # block=32 is the interpreter's tile: the forward quantizes Q itself (FUSE_Q); "bshd": the
+    # tensors are (B, H, S, D) views of (B, S, H, D) memory, as Hugging Face passes them
+    "d64-causal-fused-q-bshd": ((1, 2, 1, 70, 70, 64, 64), dict(causal=True, recipe=AttentionRecipe(block=32)),
+                                torch.float32),
     "cross-window-hadamard-fused-q": ((1, 2, 2, 20, 50, 32, 32),
                                       dict(window=(8, 3), recipe=AttentionRecipe(hadamard=True, block=32)),
                                       torch.bfloat16),
@@ -44,6 +45,8 @@ def test_kernels_match_the_emulation(name):
     assert interpreting(), "run with TRITON_INTERPRET=1 (tests/attention/conftest.py sets it)"
     (B, hq, hkv, sq, sk, d, dv), kw, dtype = CASES[name]
     q, k, v, dout = outlier_inputs([(B, hq, sq, d), (B, hkv, sk, d), (B, hkv, sk, dv), (B, hq, sq, dv)], dtype=dtype)
+    if name.endswith("bshd"):
+        q, k, v, dout = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v, dout))
     kw = dict(dict(scale=d ** -0.5, recipe=AttentionRecipe()), **kw)
     kernel, emulated = _both(q, k, v, dout, **kw)
     mask = (kw.get("causal", False), kw.get("window", (None, None)), kw["scale"])

@@ -64,12 +64,14 @@ def attention_fwd_kernel(q_desc, k_desc, vt_desc, x_desc, r_desc, SQ, SK, SV, O,
                          stride_ob, stride_oh, stride_os, stride_od,
                          S_Q, S_K, SPQ, SPK, HQ, HKV, NBQ, NBK, D, DV, c, lo_off, hi_off,
                          DP: tl.constexpr, DVP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         SB: tl.constexpr, VARLEN: tl.constexpr, FUSE_Q: tl.constexpr, ROTATE: tl.constexpr,
-                         R_IEEE: tl.constexpr, INTERPRET: tl.constexpr):
+                         SB: tl.constexpr, VARLEN: tl.constexpr, FUSE_Q: tl.constexpr, X_LAYOUT: tl.constexpr,
+                         ROTATE: tl.constexpr, R_IEEE: tl.constexpr, INTERPRET: tl.constexpr):
     """Descriptors over the padded codes: Q and K ``(Z*H*SP, DP)`` with blocks (BLOCK_M, DP) and
     (BLOCK_N, DP), V^T ``(Z*HKV*DVP, SPK)`` with blocks (DVP, BLOCK_N). ``FUSE_Q`` (the tile is one
-    scale block): Q is read through ``x_desc``, a descriptor over the caller's tensor ((B, H, S, D),
-    blocks (1, 1, BLOCK_M, DP); packed (T, H, D), blocks (BLOCK_M, 1, DP)), and quantized here,
+    scale block): Q is read through ``x_desc``, a descriptor over the caller's tensor in its memory
+    order (``X_LAYOUT`` 0: (B, H, S, D), blocks (1, 1, BLOCK_M, DP); 1: (B, S, H, D) memory behind a
+    (B, H, S, D) view, blocks (1, BLOCK_M, 1, DP); 2: packed (T, H, D), blocks (BLOCK_M, 1, DP)), and
+    quantized here,
     rotated by R (``r_desc``, (DP, DP)) when ``ROTATE``, with the quantize pass's numbers (``q_desc``
     and SQ are then unused). ``c = scale * log2(e) / hb``; ``lo_off``/``hi_off``: the key-minus-query offsets a
     query sees (``common.visible``)."""
@@ -79,9 +81,11 @@ def attention_fwd_kernel(q_desc, k_desc, vt_desc, x_desc, r_desc, SQ, SK, SV, O,
     if m0 < n_q:
         rows = m0 + tl.arange(0, BLOCK_M)
         if FUSE_Q:
-            if VARLEN:  # rows past this sequence belong to the next one: zeroed
+            if X_LAYOUT == 2:  # packed: rows past this sequence belong to the next one, zeroed
                 x = tl.reshape(x_desc.load([start + m0, h, 0]), (BLOCK_M, DP))
                 x = tl.where(rows[:, None] < n_q, x, 0.0)
+            elif X_LAYOUT == 1:
+                x = tl.reshape(x_desc.load([b, m0, h, 0]), (BLOCK_M, DP))
             else:
                 x = tl.reshape(x_desc.load([b, h, m0, 0]), (BLOCK_M, DP))
             if ROTATE:
@@ -129,10 +133,10 @@ _SIG = {"SQ": "*fp32", "SK": "*fp32", "SV": "*fp32", "O": "*bf16", "LSE": "*fp32
 
 def _spec(dp, dvp, bm, bn, warps, stages):
     sig = dict(_SIG, q_desc=f"tensordesc<fp8e4nv[{bn}, {dp}]>", k_desc=f"tensordesc<fp8e4nv[{bn}, {dp}]>",
-               vt_desc=f"tensordesc<fp8e4nv[{dvp}, {bn}]>", x_desc=f"tensordesc<bf16[1, 1, {bm}, {dp}]>",
+               vt_desc=f"tensordesc<fp8e4nv[{dvp}, {bn}]>", x_desc=f"tensordesc<bf16[1, {bm}, 1, {dp}]>",
                r_desc=f"tensordesc<bf16[{dp}, {dp}]>")
     return scan_spec(attention_fwd_kernel, sig, dict(stride_od=1, DP=dp, DVP=dvp, BLOCK_M=bm, BLOCK_N=bn,
-                                                      SB=128, VARLEN=False, FUSE_Q=True, ROTATE=False, R_IEEE=False,
+                                                      SB=128, VARLEN=False, FUSE_Q=True, X_LAYOUT=1, ROTATE=False, R_IEEE=False,
                                                       INTERPRET=False), warps, stages)
 
 

@@ -166,11 +166,17 @@ def _tma_ok(x: torch.Tensor) -> bool:
     return x.stride(-1) == 1 and x.data_ptr() % 16 == 0 and all((st * size) % 16 == 0 for st in x.stride()[:-1])
 
 
-def _input_desc(x: torch.Tensor, rows: int, dp: int, varlen: bool) -> TensorDescriptor:
-    """A descriptor over the caller's dense (B, H, S, D) or packed (T, H, D) tensor: blocks of ``rows``
-    tokens of one head by ``dp`` columns (past D: zeros)."""
-    block = [rows, 1, dp] if varlen else [1, 1, rows, dp]
-    return TensorDescriptor(x, list(x.shape), list(x.stride()), block)
+def _input_desc(x: torch.Tensor, rows: int, dp: int, varlen: bool) -> Tuple[TensorDescriptor, int]:
+    """(descriptor, layout) over the caller's tensor in its memory order (TMA wants the strides
+    decreasing): blocks of ``rows`` tokens of one head by ``dp`` columns (past D: zeros). Layout 0:
+    (B, H, S, D); 1: (B, S, H, D) memory behind a (B, H, S, D) view; 2: packed (T, H, D)."""
+    if varlen:
+        layout, view, block = 2, x, [rows, 1, dp]
+    elif x.stride(1) < x.stride(2):
+        layout, view, block = 1, x.transpose(1, 2), [1, rows, 1, dp]
+    else:
+        layout, view, block = 0, x, [1, 1, rows, dp]
+    return TensorDescriptor(view, list(view.shape), list(view.stride()), block), layout
 
 
 def triton_support(q: torch.Tensor) -> Optional[str]:
@@ -204,12 +210,13 @@ def attention_fwd(q, k, v, *, causal: bool, window, scale: float, recipe: Attent
     k_desc = _desc(kc, bn, geo.dp)
     if fuse_q:  # the kernel reads q itself: q_desc and sq unused
         q_desc, sq = k_desc, sk
-        x_desc = _input_desc(q, bm, geo.dp, geo.varlen)
+        x_desc, x_layout = _input_desc(q, bm, geo.dp, geo.varlen)
         rot = _padded_rotation(rot, q, geo.dp, None)
         r_desc = TensorDescriptor(rot, [geo.dp, geo.dp], [geo.dp, 1], [geo.dp, geo.dp]) if rot is not None else k_desc
     else:
         qc, _, sq, _ = _quantize(q, geo, geo.hq, geo.s_q, geo.spq, geo.nbq, recipe, tune, cu, cu_pad, rotation=rot)
         q_desc = x_desc = r_desc = _desc(qc, bm, geo.dp)
+        x_layout = 0
     out = _like(q, geo.dv, torch.float32 if interp else q.dtype)
     lse = torch.empty((geo.z, geo.hq, geo.spq), dtype=torch.float32, device=q.device)
     lo, hi = window_offsets(causal, window)
@@ -218,7 +225,7 @@ def attention_fwd(q, k, v, *, causal: bool, window, scale: float, recipe: Attent
         q_desc, k_desc, _desc(vt, geo.dvp, bn), x_desc, r_desc, sq, sk, sv, out, lse,
         cu if cu is not None else sq, cu_pad if cu_pad is not None else sq, *_strides(out, geo.varlen), geo.s_q, geo.s_k, geo.spq, geo.spk, geo.hq, geo.hkv,
         geo.nbq, geo.nbk, geo.d, geo.dv, c, lo, hi, DP=geo.dp, DVP=geo.dvp, BLOCK_M=bm, BLOCK_N=bn, SB=recipe.block,
-        VARLEN=geo.varlen, FUSE_Q=fuse_q, ROTATE=fuse_q and rot is not None, R_IEEE=_ieee_rotation(q),
+        VARLEN=geo.varlen, FUSE_Q=fuse_q, X_LAYOUT=x_layout, ROTATE=fuse_q and rot is not None, R_IEEE=_ieee_rotation(q),
         INTERPRET=interp, num_warps=tune.fwd_warps, num_stages=tune.fwd_stages)
     return (out.to(q.dtype) if interp else out), lse
 
