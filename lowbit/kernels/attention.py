@@ -2,7 +2,7 @@
 kernels (``lowbit.kernels.triton.attention``) or the exact torch emulation
 (``attention_emulation``), which computes the same numbers on any device.
 
-Backends: ``"triton"`` (CUDA sm_89+; CPU tensors under ``TRITON_INTERPRET=1``), ``"torch"`` (the
+Backends: ``"triton"`` (CUDA sm_90+; CPU tensors under ``TRITON_INTERPRET=1``), ``"torch"`` (the
 emulation: float64 scores, O(S^2) memory, meant for checking and small CPU runs) and ``"auto"``
 (Triton on a capable GPU, else the emulation). ``attention_support`` says which shapes and dtypes
 the FP8 path takes at all; callers fall back to high-precision attention for the rest.
@@ -51,7 +51,7 @@ def select_backend(backend: str, q: torch.Tensor) -> str:
     if backend not in ATTENTION_BACKENDS:
         raise ValueError(f"attention backend must be one of {ATTENTION_BACKENDS}, got {backend!r}")
     if backend == "auto":
-        ok = find_spec("triton") is not None and q.device.type == "cuda" and capability(q.device) >= (8, 9)
+        ok = find_spec("triton") is not None and q.device.type == "cuda" and capability(q.device) >= (9, 0)
         return "triton" if ok else "torch"
     if backend == "triton":
         if find_spec("triton") is None:

@@ -21,7 +21,7 @@ What is not computed in FP8, and what happens instead:
 * one warning per reason (Python's default filter shows it once per call site) and torch's
   ``scaled_dot_product_attention`` in the input dtype: an ``attn_mask`` (only ``is_causal`` and
   ``window`` are fused), ``dropout_p > 0``, head dims other than multiples of 16 up to 256,
-  float64 inputs, a CUDA GPU without FP8 tensor cores (below sm_90), inputs of other ranks;
+  float64 inputs, a CUDA GPU below sm_90 (the kernels use TMA and FP8 wgmma), inputs of other ranks;
   empty inputs go to torch without a warning.
 
 Under ``torch.compile`` the FP8 call is a graph break: it runs eagerly (its kernels launch from
@@ -120,7 +120,7 @@ def _fallback_reason(query, key, value, attn_mask, dropout_p) -> Optional[str]:
     if why:
         return why
     if query.device.type == "cuda" and capability(query.device) < (9, 0):
-        return "this GPU has no FP8 tensor cores lowbit's attention uses (sm_90+)"
+        return "lowbit's attention kernels need sm_90+ (TMA, FP8 wgmma)"
     return None
 
 

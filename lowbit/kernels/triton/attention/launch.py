@@ -8,7 +8,7 @@ dense output shares q's memory order, e.g. ``(B, S, H, D)`` under a ``(B, H, S, 
 
 Padded layouts (made by ``quantize.quantize_kernel``, read by the attention kernels without
 masks): each sequence of each head is padded to a multiple of ``pad = max(128, recipe.block)``
-rows and the head dim to ``DP = next_pow2(D)`` (>= 16) columns; dense inputs keep their batch as
+rows and the head dim to ``DP = next_pow2(D)`` (>= 32) columns; dense inputs keep their batch as
 the leading dim, packed ones put sequence b at row ``cu_pad[b]`` of one slice per head. ``lse`` is
 returned in the padded layout ``(Z, H, SP)``, as the backward reads it.
 
@@ -183,8 +183,8 @@ def triton_support(q: torch.Tensor) -> Optional[str]:
     """None when the kernels can run this call here, else why not."""
     if q.device.type != "cuda" and not interpreting():
         return f"the Triton attention kernels run on CUDA (or under TRITON_INTERPRET=1), not {q.device.type}"
-    if q.device.type == "cuda" and capability(q.device) < (8, 9):
-        return f"FP8 tensor cores need sm_89+, this GPU is sm_{''.join(map(str, capability(q.device)))}"
+    if q.device.type == "cuda" and capability(q.device) < (9, 0):
+        return f"the kernels need sm_90+ (TMA, FP8 wgmma), this GPU is sm_{''.join(map(str, capability(q.device)))}"
     return None
 
 

@@ -38,7 +38,6 @@ class AttentionTuning:
 # 64 and 128; at 256 the forward does not spill, the dK/dV kernel does (dK and dV are 2 x 64 x 256
 # fp32 accumulators), in every configuration tried.
 TABLE = {
-    16: AttentionTuning(),
     32: AttentionTuning(),
     64: AttentionTuning(),
     128: AttentionTuning(),
@@ -51,8 +50,8 @@ _OVERRIDE: contextvars.ContextVar = contextvars.ContextVar("lowbit_attention_tun
 
 
 def padded_dim(d: int) -> int:
-    """A head dim as the kernels tile it: the next power of two, at least 16."""
-    return max(16, 1 << (d - 1).bit_length())
+    """A head dim as the kernels tile it: the next power of two, at least 32 (FP8 wgmma's K step)."""
+    return max(32, 1 << (d - 1).bit_length())
 
 
 def tuning_for(dp: int, interpret: bool) -> AttentionTuning:
