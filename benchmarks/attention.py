@@ -1,6 +1,6 @@
 """Attention benchmark (H200): lowbit's FP8 attention against bf16 SDPA (cuDNN and flash) in one run.
 
-    python benchmarks/attention.py --out DIR [--quick] [--sweep] [--budget SECONDS]
+    python benchmarks/attention.py --out DIR [--quick] [--sweep | --llama] [--budget SECONDS]
 
 Correctness first (the run goes on after a failed check, and the check says so in its row):
 
@@ -24,6 +24,8 @@ DIR/attention.json; the table prints last.
 ``--sweep``: the forward and backward tilings of ``lowbit.kernels.triton.attention.tuning`` (a
 list below) timed at hd128 S4096, causal GQA and non-causal, each checked against the default
 tiling's output first; prints the fastest, from which the tuning table's defaults are set.
+``--llama``: a Hugging Face Llama training step (8 layers of Llama-3-8B shape, 2 x 4096 tokens,
+eager) in bf16, lowbit fp8, lowbit fp8 + FP8 attention and bf16 + FP8 attention (about 3 minutes).
 ``--quick``: hd128 only (the headline shapes), expect about 3-4 minutes on an H200 with
 compilation; the full run adds S 1k-32k, head dims 64 / 256 / 192, sliding windows and packed
 sequences (about 8-10 minutes). ``--cpu-smoke`` runs this script on the CPU under the
@@ -316,9 +318,57 @@ def sweep(run: Run):
             torch.cuda.empty_cache()
 
 
+def llama_step(run: Run):
+    """Hugging Face Llama, 8 layers of Llama-3-8B shape (hidden 4096, 32 query / 8 KV heads, FFN
+    14336), bf16, 2 x 4096 tokens: one training step (forward, loss, backward; eager) per variant,
+    built from the same seed one after the other: bf16 (SDPA), lowbit fp8 Linear layers, and lowbit
+    fp8 Linear layers + FP8 attention (``convert(attention=True)``), plus bf16 Linear + FP8 attention."""
+    import warnings
+
+    import transformers
+
+    import lowbit
+    size = dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=8,
+                num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192)
+    tokens = (2, 4096)
+    if DEV != "cuda":
+        size = dict(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, max_position_embeddings=64)
+        tokens = (2, 32)
+    shape = f"HF Llama {size['num_hidden_layers']} layers h{size['hidden_size']} {tokens[0]}x{tokens[1]} tokens"
+    ids = torch.randint(0, size["vocab_size"], tokens, device=DEV, generator=torch.Generator(DEV).manual_seed(0))
+    variants = {"bf16 (sdpa)": None, "lowbit fp8": dict(), "lowbit fp8 + fp8 attention": dict(attention=True),
+                "bf16 + fp8 attention": dict(attention=True, filter=lambda name, mod: False)}
+    times = {}
+    for variant, conv in variants.items():
+        def one(variant=variant, conv=conv):
+            torch.manual_seed(0)
+            model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**size)).to(DEV, torch.bfloat16)
+            if conv is not None:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    lowbit.convert(model, "fp8", **conv)
+
+            def step():
+                for p in model.parameters():
+                    p.grad = None
+                model(input_ids=ids, labels=ids).loss.backward()
+            step()
+            ms = bench_ms(step, warmup=500, rep=2000) if DEV == "cuda" else _time(step)[0]
+            times[variant] = ms
+            base = times.get("bf16 (sdpa)")
+            run.record(shape, variant, "step ms", ms, "bf16 (sdpa)" if base and variant != "bf16 (sdpa)" else "",
+                       base / ms if base and variant != "bf16 (sdpa)" else None)
+        guarded(run.rows, f"{shape} {variant}", one)
+        if DEV == "cuda":
+            torch.cuda.empty_cache()
+
+
 def main():
     def extra(p):
         p.add_argument("--sweep", action="store_true", help="time the tiling list instead of the anchors")
+        p.add_argument("--llama", action="store_true", help="time a Hugging Face Llama training step instead "
+                       "(8 layers of Llama-3-8B shape): bf16, lowbit fp8, lowbit fp8 + FP8 attention")
         p.add_argument("--budget", type=float, default=560.0, help="seconds; what is left is skipped")
         p.add_argument("--cpu-smoke", action="store_true", help="run on the CPU under TRITON_INTERPRET=1 at tiny "
                        "shapes (checks this script; measures nothing)")
@@ -336,6 +386,8 @@ def main():
     run = Run(args.budget, env)
     if args.sweep:
         guarded(run.rows, "sweep", lambda: sweep(run))
+    elif args.llama:
+        guarded(run.rows, "llama step", lambda: llama_step(run))
     else:
         guarded(run.rows, "small-shape checks", lambda: check_small(run, args.quick))
         guarded(run.rows, "long-context check", lambda: check_long_context(run, args.quick))
