@@ -28,7 +28,6 @@ Backward: ``p = exp2(s (sq sk c) - lse)``, ``dV = sum_i (p8 sdo)^T doc``, ``dP =
 """
 from __future__ import annotations
 
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -154,11 +153,11 @@ def emulated_forward(q, k, v, *, causal: bool, window, scale: float, recipe: Att
     m_fin = m[..., :1]
     w = torch.where(alive, torch.exp2((m.double() - m_fin.double()) * g.double()),
                     torch.zeros_like(m, dtype=torch.float64))
-    l = (p.double().sum(-1) * w).sum(-1, keepdim=True)
+    denom = (p.double().sum(-1) * w).sum(-1, keepdim=True)
     pw = (_round_p(p).double() * w[..., None]).flatten(-2, -1)[..., : s.shape[-1]]
     acc = (pw * sv.transpose(-1, -2).double()) @ vc.double()
-    out = torch.where(l > 0, acc / l, torch.zeros_like(acc))
-    lse = (m_fin * g + torch.log2(l.float()))[..., 0]
+    out = torch.where(denom > 0, acc / denom, torch.zeros_like(acc))
+    lse = (m_fin * g + torch.log2(denom.float()))[..., 0]
     return out.to(q.dtype), lse
 
 

@@ -7,7 +7,6 @@ autograd), at the issue's three shapes, with N(0, 1) inputs carrying 0.1% of 20x
   below the default recipe's.
 """
 import pytest
-import torch
 
 from lowbit.nn.functional import scaled_dot_product_attention
 from lowbit.scaling import AttentionRecipe

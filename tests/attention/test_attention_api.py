@@ -75,7 +75,8 @@ def test_falls_back_to_torch_with_one_warning(case):
         warnings.simplefilter("always")
         torch.manual_seed(1)
         out = sdpa(q, k, v, **kw)
-    assert len(w) == 1 and "using torch's scaled_dot_product_attention" in str(w[0].message), [str(x.message) for x in w]
+    messages = [str(x.message) for x in w]
+    assert len(w) == 1 and "using torch's scaled_dot_product_attention" in messages[0], messages
     torch.manual_seed(1)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, **kw), rtol=0, atol=0)
 

@@ -98,16 +98,16 @@ def attention_dkdv_kernel(q_desc, qt_desc, k_desc, v_desc, do_desc, dot_desc, SQ
             s_base = (b * HQ + h) * NBQ
             for i in range(0, (lo_full - lo) // BLOCK_M):
                 dk, dv = _dkdv_block(dk, dv, k, v, q_desc, qt_desc, do_desc, dot_desc, LSE, DELTA, SQ, SDO, q_row,
-                                     qt_row, dot_row, start_pad, ls_base, s_base, lo + i * BLOCK_M, sk, c, sv, keys, n_k,
-                                     n_q, lo_off, hi_off, BLOCK_M, SB, True, INTERPRET)
+                                     qt_row, dot_row, start_pad, ls_base, s_base, lo + i * BLOCK_M, sk, c, sv,
+                                     keys, n_k, n_q, lo_off, hi_off, BLOCK_M, SB, True, INTERPRET)
             for i in range(0, (hi_full - lo_full) // BLOCK_M):
                 dk, dv = _dkdv_block(dk, dv, k, v, q_desc, qt_desc, do_desc, dot_desc, LSE, DELTA, SQ, SDO, q_row,
-                                     qt_row, dot_row, start_pad, ls_base, s_base, lo_full + i * BLOCK_M, sk, c, sv, keys,
-                                     n_k, n_q, lo_off, hi_off, BLOCK_M, SB, False, INTERPRET)
+                                     qt_row, dot_row, start_pad, ls_base, s_base, lo_full + i * BLOCK_M, sk, c, sv,
+                                     keys, n_k, n_q, lo_off, hi_off, BLOCK_M, SB, False, INTERPRET)
             for i in range(0, (hi - hi_full) // BLOCK_M):
                 dk, dv = _dkdv_block(dk, dv, k, v, q_desc, qt_desc, do_desc, dot_desc, LSE, DELTA, SQ, SDO, q_row,
-                                     qt_row, dot_row, start_pad, ls_base, s_base, hi_full + i * BLOCK_M, sk, c, sv, keys,
-                                     n_k, n_q, lo_off, hi_off, BLOCK_M, SB, True, INTERPRET)
+                                     qt_row, dot_row, start_pad, ls_base, s_base, hi_full + i * BLOCK_M, sk, c, sv,
+                                     keys, n_k, n_q, lo_off, hi_off, BLOCK_M, SB, True, INTERPRET)
         d = tl.arange(0, DP)
         e = tl.arange(0, DVP)
         kmask = keys[:, None] < n_k

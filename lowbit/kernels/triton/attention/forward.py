@@ -135,9 +135,9 @@ def _spec(dp, dvp, bm, bn, warps, stages):
     sig = dict(_SIG, q_desc=f"tensordesc<fp8e4nv[{bn}, {dp}]>", k_desc=f"tensordesc<fp8e4nv[{bn}, {dp}]>",
                vt_desc=f"tensordesc<fp8e4nv[{dvp}, {bn}]>", x_desc=f"tensordesc<bf16[1, {bm}, 1, {dp}]>",
                r_desc=f"tensordesc<bf16[{dp}, {dp}]>")
-    return scan_spec(attention_fwd_kernel, sig, dict(stride_od=1, DP=dp, DVP=dvp, BLOCK_M=bm, BLOCK_N=bn,
-                                                      SB=128, VARLEN=False, FUSE_Q=True, X_LAYOUT=1, ROTATE=False, R_IEEE=False,
-                                                      INTERPRET=False), warps, stages)
+    cx = dict(stride_od=1, DP=dp, DVP=dvp, BLOCK_M=bm, BLOCK_N=bn, SB=128, VARLEN=False, FUSE_Q=True, X_LAYOUT=1,
+              ROTATE=False, R_IEEE=False, INTERPRET=False)
+    return scan_spec(attention_fwd_kernel, sig, cx, warps, stages)
 
 
 SCAN_SPECS = (_spec(128, 128, 128, 128, 8, 3),)

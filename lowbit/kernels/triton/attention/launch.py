@@ -223,10 +223,11 @@ def attention_fwd(q, k, v, *, causal: bool, window, scale: float, recipe: Attent
     c = scale * LOG2E / recipe.rotation_block(geo.d)
     runnable(attention_fwd_kernel)[(cdiv(geo.s_q, bm), geo.hq, geo.nseq)](
         q_desc, k_desc, _desc(vt, geo.dvp, bn), x_desc, r_desc, sq, sk, sv, out, lse,
-        cu if cu is not None else sq, cu_pad if cu_pad is not None else sq, *_strides(out, geo.varlen), geo.s_q, geo.s_k, geo.spq, geo.spk, geo.hq, geo.hkv,
-        geo.nbq, geo.nbk, geo.d, geo.dv, c, lo, hi, DP=geo.dp, DVP=geo.dvp, BLOCK_M=bm, BLOCK_N=bn, SB=recipe.block,
-        VARLEN=geo.varlen, FUSE_Q=fuse_q, X_LAYOUT=x_layout, ROTATE=fuse_q and rot is not None, R_IEEE=_ieee_rotation(q),
-        INTERPRET=interp, num_warps=tune.fwd_warps, num_stages=tune.fwd_stages)
+        cu if cu is not None else sq, cu_pad if cu_pad is not None else sq, *_strides(out, geo.varlen),
+        geo.s_q, geo.s_k, geo.spq, geo.spk, geo.hq, geo.hkv, geo.nbq, geo.nbk, geo.d, geo.dv, c, lo, hi,
+        DP=geo.dp, DVP=geo.dvp, BLOCK_M=bm, BLOCK_N=bn, SB=recipe.block, VARLEN=geo.varlen, FUSE_Q=fuse_q,
+        X_LAYOUT=x_layout, ROTATE=fuse_q and rot is not None, R_IEEE=_ieee_rotation(q), INTERPRET=interp,
+        num_warps=tune.fwd_warps, num_stages=tune.fwd_stages)
     return (out.to(q.dtype) if interp else out), lse
 
 
