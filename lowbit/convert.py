@@ -45,6 +45,12 @@ unexpected keys. Loaded and converted again (``from_pretrained`` then ``convert`
 state is primed again: fresh, as after any conversion (delayed scales from each tensor's first
 amax, ``Delayed.amax_init``). Convert the ``PreTrainedModel`` itself (or a module above it).
 
+Attention: ``attention=True`` (or an ``AttentionRecipe``) also routes the model's attention to
+lowbit's FP8 attention (``lowbit.nn.hf_attention.route_attention``): Hugging Face models get the
+attention implementation "lowbit"; other models are left alone with a warning (no global patching:
+call ``lowbit.nn.functional.scaled_dot_product_attention`` in their forward). ``unconvert`` puts
+the previous attention implementation back.
+
 Backends: ``backend`` names the GEMM backend ("auto", "torch", "triton" once registered). A named
 backend that cannot serve a layer's device falls back to "auto" (which ends at the exact "torch"
 emulation) with one warning: the documented fallback. Converting twice with the same recipe is
@@ -57,13 +63,15 @@ a collective: every rank of the default group converts the model).
 from __future__ import annotations
 
 import warnings
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch.distributed as dist
 from torch import nn
 
+from .nn.hf_attention import route_attention, unroute_attention
 from .nn.linear import STATE_NAME, Linear, LowbitModule, TransposedLinear, is_hf_conv1d, is_state_key
 from .nn.spec import backend_problem, dtype_problem, shape_problem
+from .scaling.attention import AttentionRecipe
 from .scaling.recipes import MX, NV, Blockwise, Current, Delayed, Recipe, Rowwise
 from .sizing import size_problem
 
@@ -185,8 +193,10 @@ def _set(model: nn.Module, name: str, new: nn.Module) -> None:
 
 def convert(model: nn.Module, fmt: str = "fp8", recipe: Optional[Recipe] = None,
             filter: Optional[Callable[[str, nn.Module], bool]] = None, backend: str = "auto", *,
-            module_filter_fn: Optional[Callable[[nn.Module, str], bool]] = None) -> nn.Module:
-    """Swap the model's Linear layers for ``lowbit.nn`` ones (in place) and return the model.
+            module_filter_fn: Optional[Callable[[nn.Module, str], bool]] = None,
+            attention: Union[bool, AttentionRecipe] = False) -> nn.Module:
+    """Swap the model's Linear layers for ``lowbit.nn`` ones (in place) and return the model;
+    ``attention``: also route its attention to FP8 (True: ``AttentionRecipe()``; module docstring).
 
     A bare ``nn.Linear`` passed as ``model`` cannot be swapped in place: use the returned module.
     """
@@ -223,6 +233,8 @@ def convert(model: nn.Module, fmt: str = "fp8", recipe: Optional[Recipe] = None,
     if fell_back:
         warnings.warn(f"lowbit.convert: backend {backend!r} cannot serve the device of {', '.join(fell_back)}; "
                       "those layers use backend='auto' (ends at the exact 'torch' emulation)", stacklevel=2)
+    if attention is not False:
+        route_attention(model, AttentionRecipe() if attention is True else attention)
     if dist.is_available() and dist.is_initialized():
         from .distributed import prepare
         prepare(out)
@@ -230,7 +242,9 @@ def convert(model: nn.Module, fmt: str = "fp8", recipe: Optional[Recipe] = None,
 
 
 def unconvert(model: nn.Module) -> nn.Module:
-    """Put the original module classes back (same Parameter objects), in place; returns the model."""
+    """Put the original module classes back (same Parameter objects) and the attention
+    implementation ``convert(attention=...)`` replaced, in place; returns the model."""
+    unroute_attention(model)
     if isinstance(model, LowbitModule):
         return model.to_float()
     for name, mod in list(model.named_modules()):

@@ -1,4 +1,5 @@
 """``linear(x, weight, bias, recipe, state)``: ``y = x W^T + b`` with FP8/FP4 GEMMs in forward and backward.
+(``scaled_dot_product_attention`` and its packed-sequence twin, FP8 attention: ``lowbit.nn.attention``.)
 
 Forward: x and W are quantized by the recipe (roles "input", "weight") and multiplied by
 ``lowbit.kernels.scaled_mm`` with fp32 accumulation; the bias is added to the fp32 accumulator,
@@ -23,9 +24,10 @@ from typing import Optional
 import torch
 
 from . import ops as _ops  # (also registers torch.ops.lowbit.*)
+from .attention import scaled_dot_product_attention, scaled_dot_product_attention_varlen
 from .spec import effective_backend
 
-__all__ = ["linear"]
+__all__ = ["linear", "scaled_dot_product_attention", "scaled_dot_product_attention_varlen"]
 
 
 def _call(name: str, *args):

@@ -6,6 +6,9 @@ GEMM along its contraction dim leaves the product unchanged while spreading outl
 elements before FP4 quantization. ``hadamard16(x, signs)`` transforms the last dim in blocks of
 16 (it must divide by 16; 0 is fine, and so is an empty tensor) in fp32, in a fixed order: signs
 (exact), the butterfly ``(a, b) -> (a + b, a - b)`` at strides 1, 2, 4, 8, then ``* 0.25`` (exact).
+
+``sylvester(n)``: the n x n Sylvester Hadamard matrix of +-1 (n a power of two), ``H H^T = n I``
+(the attention recipe's head-dim rotation, ``lowbit.scaling.attention``).
 """
 from __future__ import annotations
 
@@ -13,13 +16,23 @@ import math
 
 import torch
 
-__all__ = ["hadamard16", "random_signs", "hadamard16_matrix"]
+__all__ = ["hadamard16", "random_signs", "hadamard16_matrix", "sylvester"]
 
 
-def random_signs(seed: int, device=None) -> torch.Tensor:
-    """16 random +-1 (fp32) from ``seed`` (CPU generator, so identical on every device)."""
+def random_signs(seed: int, device=None, n: int = 16) -> torch.Tensor:
+    """``n`` random +-1 (fp32) from ``seed`` (CPU generator, so identical on every device)."""
     g = torch.Generator().manual_seed(int(seed))
-    return (torch.randint(0, 2, (16,), generator=g) * 2 - 1).to(torch.float32).to(device)
+    return (torch.randint(0, 2, (n,), generator=g) * 2 - 1).to(torch.float32).to(device)
+
+
+def sylvester(n: int) -> torch.Tensor:
+    """The n x n Sylvester Hadamard matrix (fp32 entries +-1; ``H = H^T``, ``H H^T = n I``)."""
+    if n < 1 or n & (n - 1):
+        raise ValueError(f"a Sylvester Hadamard matrix needs a power-of-two size, got {n}")
+    h = torch.ones(1, 1)
+    while h.shape[0] < n:
+        h = torch.cat((torch.cat((h, h), 1), torch.cat((h, -h), 1)), 0)
+    return h
 
 
 def hadamard16_matrix(signs: torch.Tensor) -> torch.Tensor:

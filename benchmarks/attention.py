@@ -1,0 +1,407 @@
+"""Attention benchmark (H200): lowbit's FP8 attention against bf16 SDPA (cuDNN and flash) in one run.
+
+    python benchmarks/attention.py --out DIR [--quick] [--sweep | --llama] [--budget SECONDS]
+
+Correctness first (the run goes on after a failed check, and the check says so in its row):
+
+* small shapes, outlier inputs (N(0, 1), 0.1% of values 20x, bf16): the kernels against the exact
+  emulation on the GPU (relative L2, forward and the three gradients; they compute the same
+  numbers up to fp32 summation order) and against float64 (within 1.25x of the plain per-head
+  E4M3 baseline, tests/attention/attention_reference.py): causal, GQA, window, packed sequences,
+  ragged lengths, head dims 64 / 128 / 256 / 192 with 128 (``--quick``: the dense hd128 cases);
+* long context: one causal head, S = 4k, 16k, 64k (quick: 4k, 32k), the output's error against
+  fp32 SDPA (memory-efficient backend) and its growth from the shortest to the longest;
+* every timed shape: the output and gradients against bf16 SDPA's.
+
+Timing: each call (forward; forward + backward through autograd) is captured in a CUDA graph and
+the replay timed with do_bench (median), for lowbit and the anchors alike (no Python launch gaps;
+falls back to do_bench of the call when capture fails, and says so). TFLOP/s count the useful
+products: forward ``4 B Hq Sq Sk D`` (Dqk + Dv for unequal head dims), halved when causal;
+forward + backward 3.5x that. Ratios are anchor time / lowbit time, anchor cuDNN (flash where
+cuDNN fails). Rows go to DIR/results.csv (``benchmarks.common.result_row``); JSON to
+DIR/attention.json; the table prints last.
+
+``--sweep``: the forward and backward tilings of ``lowbit.kernels.triton.attention.tuning`` (a
+list below) timed at hd128 S4096, causal GQA and non-causal, each checked against the default
+tiling's output first; prints the fastest, from which the tuning table's defaults are set.
+``--llama``: a Hugging Face Llama training step (8 layers of Llama-3-8B shape, 2 x 4096 tokens,
+eager) in bf16, lowbit fp8, lowbit fp8 + FP8 attention and bf16 + FP8 attention (about 3 minutes).
+``--quick``: hd128 only (the headline shapes), expect about 3-4 minutes on an H200 with
+compilation; the full run adds S 1k-32k, head dims 64 / 256 / 192, sliding windows and packed
+sequences (about 8-10 minutes). ``--cpu-smoke`` runs this script on the CPU under the
+interpreter at tiny shapes (checks the plumbing, measures nothing).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests", "attention"))
+if "--cpu-smoke" in sys.argv:
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from benchmarks.common import (append_results, bench_ms, env_info, graph_ms, guarded, parse_args,  # noqa: E402
+                               print_table, result_row, write_json)
+
+WORKLOAD = "attention"
+# (B, Hq, Hkv, S, D, Dv, causal, window)
+QUICK = [(2, 32, 8, 4096, 128, 128, True, None), (4, 32, 32, 4096, 128, 128, False, None),
+         (1, 32, 8, 16384, 128, 128, True, None)]
+FULL = QUICK + [(8, 32, 8, 1024, 128, 128, True, None), (2, 32, 8, 8192, 128, 128, True, None),
+                (1, 32, 8, 32768, 128, 128, True, None), (4, 32, 32, 4096, 64, 64, True, None),
+                (2, 16, 16, 4096, 256, 256, True, None), (2, 16, 16, 4096, 192, 128, True, None),
+                (1, 32, 8, 16384, 128, 128, True, 4096)]
+SWEEP_SHAPES = [(2, 32, 8, 4096, 128, 128, True, None), (4, 32, 32, 4096, 128, 128, False, None)]
+FWD_SWEEP = [dict(fwd_block_m=m, fwd_block_n=n, fwd_warps=w, fwd_stages=s)
+             for m, n, w, s in [(128, 128, 8, 3), (128, 128, 8, 2), (128, 128, 8, 4), (128, 64, 8, 3), (128, 64, 4, 3),
+                                (64, 128, 4, 3), (64, 64, 4, 4)]]
+BWD_SWEEP = [dict(bwd_block_m=m, bwd_block_n=n, dkdv_warps=w, dkdv_stages=s, dq_warps=w2, dq_stages=s2)
+             for m, n, w, s, w2, s2 in [(64, 64, 8, 2, 8, 2), (64, 64, 4, 2, 4, 2), (64, 64, 8, 3, 8, 3),
+                                        (64, 128, 8, 2, 8, 2), (128, 64, 8, 2, 8, 2), (32, 64, 4, 2, 4, 2)]]
+DEV = "cuda"
+
+
+def _flops(B, hq, S, D, Dv, causal) -> float:
+    return 2.0 * B * hq * S * S * (D + Dv) * (0.5 if causal else 1.0)
+
+
+def _shape_name(B, hq, hkv, S, D, Dv, causal, window) -> str:
+    dims = f"D{D}" if D == Dv else f"D{D}/{Dv}"
+    extra = (" causal" if causal else "") + (f" window{window}" if window else "")
+    return f"B{B} Hq{hq} Hkv{hkv} S{S} {dims}{extra}"
+
+
+class Run:
+    def __init__(self, budget: float, env: dict):
+        self.t0, self.budget, self.env = time.time(), budget, env
+        self.rows, self.csv = [], []
+
+    def left(self) -> float:
+        return self.budget - (time.time() - self.t0)
+
+    def skip(self, what: str) -> bool:
+        if self.left() > 0:
+            return False
+        self.rows.append({"shape": what, "variant": "-", "note": "skipped: time budget"})
+        return True
+
+    def record(self, shape, variant, metric, value, anchor="", ratio=None, **extra):
+        self.rows.append({"shape": shape, "variant": variant, "metric": metric, "value": value, "anchor": anchor,
+                          "ratio": ratio, **extra})
+        self.csv.append(result_row(self.env, WORKLOAD, shape, variant, metric, value, anchor, ratio))
+
+
+def _time(fn):
+    """(ms, how): CUDA graph replay, else do_bench of the call."""
+    if DEV != "cuda":
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3, "cpu wall"
+    try:
+        return graph_ms([fn], rounds=2), "graph"
+    except Exception as e:  # noqa: BLE001 - recorded, then timed without a graph
+        torch.cuda.synchronize()
+        return bench_ms(fn), f"do_bench (graph: {type(e).__name__})"
+
+
+def _inputs(B, hq, hkv, S, D, Dv, seed=0, outliers=False):
+    from attention_reference import outlier_inputs
+    shapes = [(B, hq, S, D), (B, hkv, S, D), (B, hkv, S, Dv), (B, hq, S, Dv)]
+    if outliers:
+        return [t.to(DEV).to(torch.bfloat16) for t in outlier_inputs(shapes, seed)]
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    return [torch.randn(s, device=DEV, generator=g, dtype=torch.bfloat16) for s in shapes]
+
+
+def _lowbit(q, k, v, causal, window, backend="auto"):
+    from lowbit.nn.functional import scaled_dot_product_attention
+    return scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1],
+                                        window=window, backend=backend)
+
+
+def _sdpa(backend):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    which = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+             "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}[backend]
+
+    def call(q, k, v, causal, window):
+        from lowbit.kernels.attention_emulation import visible
+        mask = None
+        if window:
+            mask, causal = visible(q.shape[2], k.shape[2], causal, (window - 1, window - 1), q.device), False
+        with sdpa_kernel(which):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                                  enable_gqa=q.shape[1] != k.shape[1])
+    return call
+
+
+def _rel(a, b) -> float:
+    return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-300))
+
+
+# ---- correctness ---------------------------------------------------------------------------------
+SMALL = [  # (B, Hq, Hkv, Sq, Sk, D, Dv, kwargs, packed lengths)
+    (2, 4, 2, 77, 77, 64, 64, dict(causal=True), None),
+    (1, 4, 4, 128, 128, 128, 128, dict(causal=True), None),
+    (2, 4, 2, 77, 77, 128, 128, dict(), None),
+    (1, 2, 2, 100, 300, 128, 128, dict(window=(40, 10)), None),
+    (1, 2, 2, 200, 200, 256, 256, dict(causal=True), None),
+    (1, 2, 2, 200, 200, 192, 128, dict(causal=True, window=(64, None)), None),
+    (1, 4, 2, 0, 0, 128, 128, dict(causal=True), [37, 200, 129]),
+]
+
+
+def check_small(run: Run, quick: bool):
+    """Kernels vs emulation (same device) and vs float64 (within 1.25x of plain per-head E4M3), bf16
+    inputs (the timed runs' kernels); ``quick``: the dense head-dim-128 cases only."""
+    from attention_reference import exact, outlier_inputs, plain_e4m3
+    from lowbit.kernels.attention import attention_backward, attention_forward
+    from lowbit.scaling import AttentionRecipe
+    for B, hq, hkv, sq, sk, d, dv, kw, lens in SMALL:
+        if quick and (d != 128 or lens):
+            continue
+        if DEV != "cuda":
+            sq, sk, lens = min(sq, 40), min(sk, 40), (lens and [7, 20])
+        name = f"check B{B} Hq{hq} Hkv{hkv} S{sq}x{sk} D{d}/{dv} {kw}" + (f" packed {lens}" if lens else "")
+        kw = dict(dict(scale=d ** -0.5, recipe=AttentionRecipe(), window=(None, None), causal=False), **kw)
+
+        def one():
+            if lens:
+                T = sum(lens)
+                q, k, v, do = (t.to(DEV) for t in outlier_inputs([(T, hq, d), (T, hkv, d), (T, hkv, dv), (T, hq, dv)],
+                                                                  dtype=torch.bfloat16))
+                cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device=DEV)
+                extra = dict(cu_seqlens=cu, max_seqlen=max(lens))
+            else:
+                q, k, v, do = (t.to(DEV) for t in outlier_inputs([(B, hq, sq, d), (B, hkv, sk, d), (B, hkv, sk, dv),
+                                                                  (B, hq, sq, dv)], dtype=torch.bfloat16))
+                extra = {}
+            res = {}
+            for backend in ("triton", "torch"):
+                out, lse, _ = attention_forward(q, k, v, backend=backend, **kw, **extra)
+                res[backend] = (out, *attention_backward(do, q, k, v, out, lse, backend=backend, **kw, **extra))
+            agree = max(_rel(a, b) for a, b in zip(res["triton"], res["torch"]))
+            ratio = None
+            if not lens:  # float64 reference and the plain baseline (dense shapes)
+                mask = (kw["causal"], kw["window"], kw["scale"])
+                ref = exact(q.cpu(), k.cpu(), v.cpu(), do.cpu(), *mask)
+                base = plain_e4m3(q.cpu(), k.cpu(), v.cpu(), do.cpu(), *mask)
+                ratio = max(_rel(a.cpu(), r) / _rel(p, r) for a, p, r in zip(res["triton"], base, ref))
+            ok = agree < 2e-3 and (ratio is None or ratio <= 1.25)
+            run.rows.append({"shape": name, "variant": "lowbit fp8 (triton vs emulation)", "metric": "max rel L2",
+                             "value": agree, "anchor": "error / plain E4M3 error", "ratio": ratio,
+                             "note": "ok" if ok else "FAILED"})
+        guarded(run.rows, name, one)
+
+
+def check_long_context(run: Run, quick: bool):
+    """One causal head: the output's error against fp32 SDPA from the shortest to the longest S."""
+    lengths = [4096, 32768] if quick else [4096, 16384, 65536]
+    if DEV != "cuda":
+        lengths = [64, 128]
+    errs = {}
+    for S in lengths:
+        def one(S=S):
+            q, k, v, _ = _inputs(1, 1, 1, S, 128, 128, seed=3, outliers=True)
+            ref = _sdpa("efficient" if DEV == "cuda" else "math")(q.float(), k.float(), v.float(), True, None)
+            errs[S] = _rel(_lowbit(q, k, v, True, None), ref)
+            run.record(f"B1 H1 S{S} D128 causal", "lowbit fp8", "rel L2 vs fp32 SDPA", errs[S])
+        guarded(run.rows, f"long context S{S}", one)
+    if len(errs) == len(lengths):
+        growth = errs[lengths[-1]] / errs[lengths[0]]
+        run.record(f"B1 H1 S{lengths[0]}->{lengths[-1]} D128 causal", "lowbit fp8", "error growth", growth,
+                   note="ok" if growth <= 1.5 else "FAILED (target <= 1.5)")
+
+
+# ---- timing --------------------------------------------------------------------------------------
+def bench_shape(run: Run, shape):
+    B, hq, hkv, S, D, Dv, causal, window = shape
+    name = _shape_name(*shape)
+    q, k, v, do = _inputs(B, hq, hkv, S, D, Dv)
+    flops = _flops(B, hq, S, D, Dv, causal)
+    variants = {"lowbit fp8": lambda q, k, v: _lowbit(q, k, v, causal, window)}
+    for be in ("cudnn", "flash"):
+        variants[f"sdpa {be} bf16"] = lambda q, k, v, be=be: _sdpa(be)(q, k, v, causal, window)
+    if DEV != "cuda":
+        variants = {"lowbit fp8": variants["lowbit fp8"],
+                    "sdpa math bf16": lambda q, k, v: _sdpa("math")(q, k, v, causal, window)}
+    times, outs = {}, {}
+    for variant, fn in variants.items():
+        def fwd(fn=fn, variant=variant):
+            outs[variant] = fn(q, k, v)
+            ms, how = _time(lambda: fn(q, k, v))
+            times[(variant, "fwd")] = ms
+            run.rows.append({"shape": name, "variant": variant, "metric": "fwd ms", "value": ms, "timing": how})
+        guarded(run.rows, f"{name} {variant} fwd", fwd)
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+
+        def step(fn=fn, leaves=leaves):
+            return torch.autograd.grad(fn(*leaves), leaves, do)
+
+        def fwd_bwd(variant=variant, step=step):
+            outs[(variant, "grads")] = step()
+            ms, how = _time(step)
+            times[(variant, "fwd+bwd")] = ms
+            run.rows.append({"shape": name, "variant": variant, "metric": "fwd+bwd ms", "value": ms, "timing": how})
+        guarded(run.rows, f"{name} {variant} fwd+bwd", fwd_bwd)
+        if DEV == "cuda":
+            torch.cuda.empty_cache()
+    anchor = next((a for a in ("sdpa cudnn bf16", "sdpa flash bf16", "sdpa math bf16") if (a, "fwd") in times), None)
+    for variant in variants:
+        for what, mult in (("fwd", 1.0), ("fwd+bwd", 3.5)):
+            ms = times.get((variant, what))
+            if ms is None:
+                continue
+            ref = times.get((anchor, what)) if variant == "lowbit fp8" else None
+            run.record(name, variant, f"TFLOP/s {what}", mult * flops / (ms * 1e-3) / 1e12,
+                       anchor if ref else "", ref / ms if ref else None)
+    if anchor and "lowbit fp8" in outs and anchor in outs:
+        diffs = [_rel(outs["lowbit fp8"], outs[anchor])]
+        if ("lowbit fp8", "grads") in outs and (anchor, "grads") in outs:
+            diffs += [_rel(a, b) for a, b in zip(outs[("lowbit fp8", "grads")], outs[(anchor, "grads")])]
+        run.record(name, "lowbit fp8", "rel L2 vs " + anchor + " (out, dq, dk, dv max)", max(diffs),
+                   note="ok" if diffs[0] < 0.1 and max(diffs) < 0.25 else "CHECK")
+
+
+def sweep(run: Run):
+    """Time the FWD_SWEEP / BWD_SWEEP tilings at SWEEP_SHAPES; check each against the default first."""
+    from lowbit.kernels.attention import attention_backward, attention_forward
+    from lowbit.kernels.triton.attention.tuning import override
+    from lowbit.scaling import AttentionRecipe
+    recipe = AttentionRecipe()
+    for shape in SWEEP_SHAPES:
+        B, hq, hkv, S, D, Dv, causal, window = shape
+        name = _shape_name(*shape)
+        q, k, v, do = _inputs(B, hq, hkv, S, D, Dv)
+        kw = dict(causal=causal, scale=D ** -0.5, recipe=recipe, backend="triton")
+        base, lse, _ = attention_forward(q, k, v, **kw)
+        base_dq = attention_backward(do, q, k, v, base, lse, **kw)[0]
+        flops = _flops(B, hq, S, D, Dv, causal)
+        for cfg in FWD_SWEEP:
+            label = " ".join(f"{k_}={v_}" for k_, v_ in cfg.items())
+
+            def one(cfg=cfg, label=label):
+                with override(**cfg):
+                    diff = _rel(attention_forward(q, k, v, **kw)[0], base)
+                    ms, how = _time(lambda: attention_forward(q, k, v, **kw))
+                run.rows.append({"shape": name, "variant": label, "metric": "TFLOP/s fwd",
+                                 "value": flops / (ms * 1e-3) / 1e12, "ms": ms, "timing": how,
+                                 "note": f"vs default {diff:.1e}" + ("" if diff < 2e-2 else " CHECK"), "sweep": "fwd"})
+            if not run.skip(f"{name} {label}"):
+                guarded(run.rows, f"{name} {label}", one)
+        for cfg in BWD_SWEEP:
+            label = " ".join(f"{k_}={v_}" for k_, v_ in cfg.items())
+
+            def one(cfg=cfg, label=label):
+                with override(**cfg):
+                    diff = _rel(attention_backward(do, q, k, v, base, lse, **kw)[0], base_dq)
+                    ms, how = _time(lambda: attention_backward(do, q, k, v, base, lse, **kw))
+                run.rows.append({"shape": name, "variant": label, "metric": "TFLOP/s bwd",
+                                 "value": 2.5 * flops / (ms * 1e-3) / 1e12, "ms": ms, "timing": how,
+                                 "note": f"dq vs default {diff:.1e}" + ("" if diff < 5e-2 else " CHECK"),
+                                 "sweep": "bwd"})
+            if not run.skip(f"{name} {label}"):
+                guarded(run.rows, f"{name} {label}", one)
+        for kind in ("fwd", "bwd"):
+            rows = [r for r in run.rows if r.get("sweep") == kind and r.get("shape") == name and "value" in r]
+            if rows:
+                best = max(rows, key=lambda r: r["value"])
+                run.rows.append({"shape": name, "variant": "BEST " + best["variant"], "metric": best["metric"],
+                                 "value": best["value"]})
+        if DEV == "cuda":
+            torch.cuda.empty_cache()
+
+
+def llama_step(run: Run):
+    """Hugging Face Llama, 8 layers of Llama-3-8B shape (hidden 4096, 32 query / 8 KV heads, FFN
+    14336), bf16, 2 x 4096 tokens: one training step (forward, loss, backward; eager) per variant,
+    built from the same seed one after the other: bf16 (SDPA), lowbit fp8 Linear layers, and lowbit
+    fp8 Linear layers + FP8 attention (``convert(attention=True)``), plus bf16 Linear + FP8 attention."""
+    import warnings
+
+    import transformers
+
+    import lowbit
+    size = dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=8,
+                num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192)
+    tokens = (2, 4096)
+    if DEV != "cuda":
+        size = dict(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, max_position_embeddings=64)
+        tokens = (2, 32)
+    shape = f"HF Llama {size['num_hidden_layers']} layers h{size['hidden_size']} {tokens[0]}x{tokens[1]} tokens"
+    ids = torch.randint(0, size["vocab_size"], tokens, device=DEV, generator=torch.Generator(DEV).manual_seed(0))
+    variants = {"bf16 (sdpa)": None, "lowbit fp8": dict(), "lowbit fp8 + fp8 attention": dict(attention=True),
+                "bf16 + fp8 attention": dict(attention=True, filter=lambda name, mod: False)}
+    times = {}
+    for variant, conv in variants.items():
+        def one(variant=variant, conv=conv):
+            torch.manual_seed(0)
+            model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**size)).to(DEV, torch.bfloat16)
+            if conv is not None:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    lowbit.convert(model, "fp8", **conv)
+
+            def step():
+                for p in model.parameters():
+                    p.grad = None
+                model(input_ids=ids, labels=ids).loss.backward()
+            step()
+            ms = bench_ms(step, warmup=500, rep=2000) if DEV == "cuda" else _time(step)[0]
+            times[variant] = ms
+            base = times.get("bf16 (sdpa)")
+            run.record(shape, variant, "step ms", ms, "bf16 (sdpa)" if base and variant != "bf16 (sdpa)" else "",
+                       base / ms if base and variant != "bf16 (sdpa)" else None)
+        guarded(run.rows, f"{shape} {variant}", one)
+        if DEV == "cuda":
+            torch.cuda.empty_cache()
+
+
+def main():
+    def extra(p):
+        p.add_argument("--sweep", action="store_true", help="time the tiling list instead of the anchors")
+        p.add_argument("--llama", action="store_true", help="time a Hugging Face Llama training step instead "
+                       "(8 layers of Llama-3-8B shape): bf16, lowbit fp8, lowbit fp8 + FP8 attention")
+        p.add_argument("--budget", type=float, default=560.0, help="seconds; what is left is skipped")
+        p.add_argument("--cpu-smoke", action="store_true", help="run on the CPU under TRITON_INTERPRET=1 at tiny "
+                       "shapes (checks this script; measures nothing)")
+    args = parse_args(__doc__.splitlines()[0], extra)
+    env = env_info()
+    global DEV, QUICK, FULL, SWEEP_SHAPES, FWD_SWEEP, BWD_SWEEP
+    if args.cpu_smoke:
+        DEV = "cpu"
+        QUICK = FULL = [(1, 2, 1, 40, 32, 32, True, None)]
+        SWEEP_SHAPES, FWD_SWEEP, BWD_SWEEP = [QUICK[0]], FWD_SWEEP[:1], BWD_SWEEP[:1]
+    elif not torch.cuda.is_available():
+        print("benchmarks/attention.py needs a CUDA GPU; none found (nothing was measured).")
+        write_json(args.out, "attention", {"env": env, "error": "no CUDA GPU"})
+        return
+    run = Run(args.budget, env)
+    if args.sweep:
+        guarded(run.rows, "sweep", lambda: sweep(run))
+    elif args.llama:
+        guarded(run.rows, "llama step", lambda: llama_step(run))
+    else:
+        guarded(run.rows, "small-shape checks", lambda: check_small(run, args.quick))
+        guarded(run.rows, "long-context check", lambda: check_long_context(run, args.quick))
+        for shape in (QUICK if args.quick else FULL):
+            if not run.skip(_shape_name(*shape)):
+                guarded(run.rows, _shape_name(*shape), lambda shape=shape: bench_shape(run, shape))
+    if run.csv:
+        print("results:", append_results(run.csv, args.out))
+    path = write_json(args.out, "attention", {"env": env, "rows": run.rows, "wall_s": time.time() - run.t0})
+    print(f"\nenv: { {k: env.get(k) for k in ('gpu', 'torch', 'triton', 'date')} }   JSON: {path}   "
+          f"wall: {time.time() - run.t0:.0f} s\n")
+    shown = [{**r, "error": r["error"][:80]} if "error" in r else r for r in run.rows]
+    print_table(shown, ["shape", "variant", "metric", "value", "anchor", "ratio", "timing", "note", "error"])
+
+
+if __name__ == "__main__":
+    main()

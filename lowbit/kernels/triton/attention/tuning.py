@@ -1,0 +1,80 @@
+"""Tile sizes, warps and pipeline stages of the attention kernels, per padded head dim.
+
+``tuning_for(dp, dvp)`` gives the ``AttentionTuning`` a launch uses: the table below on the GPU,
+``INTERPRET`` under ``TRITON_INTERPRET=1`` (small tiles, so tests at a few dozen tokens still
+cross tiles). ``override(**fields)`` replaces fields for the calls inside a ``with`` block (a
+context variable: benchmarks/attention.py --sweep times several configurations in one run).
+The backward's dS tiles are ``bwd_block_m x bwd_block_n`` in both backward kernels, so both
+round dS with the same per-tile scales; every tile is clipped to the recipe's scale block.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+from dataclasses import dataclass
+
+__all__ = ["AttentionTuning", "TABLE", "INTERPRET", "tuning_for", "kernel_tiles", "padded_dim", "override"]
+
+
+@dataclass(frozen=True)
+class AttentionTuning:
+    fwd_block_m: int = 128
+    fwd_block_n: int = 128
+    fwd_warps: int = 8
+    fwd_stages: int = 3
+    bwd_block_m: int = 64
+    bwd_block_n: int = 64
+    dkdv_warps: int = 8
+    dkdv_stages: int = 2
+    dq_warps: int = 8
+    dq_stages: int = 2
+    quant_chunk: int = 64
+    quant_warps: int = 4
+
+
+# Keyed by the padded QK head dim (192 pads to 256). Registers bound the tiles: compiled for sm_90a
+# (ptxas of triton 3.9) the defaults use <= 240 registers a thread and spill nothing at head dims
+# 64 and 128; at 256 the forward does not spill, the dK/dV kernel does (dK and dV are 2 x 64 x 256
+# fp32 accumulators), in every configuration tried.
+TABLE = {
+    32: AttentionTuning(),
+    64: AttentionTuning(),
+    128: AttentionTuning(),
+    256: AttentionTuning(fwd_block_m=64, fwd_block_n=64, fwd_stages=2, dkdv_stages=1, dq_stages=1, quant_chunk=32),
+}
+INTERPRET = AttentionTuning(fwd_block_m=32, fwd_block_n=32, fwd_warps=4, fwd_stages=1, bwd_block_m=32,
+                            bwd_block_n=32, dkdv_warps=4, dkdv_stages=1, dq_warps=4, dq_stages=1, quant_chunk=128)
+
+_OVERRIDE: contextvars.ContextVar = contextvars.ContextVar("lowbit_attention_tuning", default=None)
+
+
+def padded_dim(d: int) -> int:
+    """A head dim as the kernels tile it: the next power of two, at least 32 (FP8 wgmma's K step)."""
+    return max(32, 1 << (d - 1).bit_length())
+
+
+def tuning_for(dp: int, interpret: bool) -> AttentionTuning:
+    """The tuning of a call with padded QK head dim ``dp`` (``override`` applied)."""
+    base = INTERPRET if interpret else TABLE[dp]
+    fields = _OVERRIDE.get()
+    return dataclasses.replace(base, **fields) if fields else base
+
+
+def kernel_tiles(head_dim: int, recipe, interpret: bool):
+    """(forward block_n, backward block_m, backward block_n) of a call with this QK head dim, clipped
+    to ``recipe``'s scale block: what the emulation needs to round P and dS as the kernels do."""
+    tune = tuning_for(padded_dim(head_dim), interpret)
+    bm, bn = recipe.tiles(tune.bwd_block_m, tune.bwd_block_n)
+    return recipe.tiles(tune.fwd_block_m, tune.fwd_block_n)[1], bm, bn
+
+
+@contextlib.contextmanager
+def override(**fields):
+    """``with override(fwd_block_n=64, fwd_warps=4): ...`` (unknown names raise TypeError)."""
+    dataclasses.replace(AttentionTuning(), **fields)  # validate the names now
+    token = _OVERRIDE.set({**(_OVERRIDE.get() or {}), **fields})
+    try:
+        yield
+    finally:
+        _OVERRIDE.reset(token)
