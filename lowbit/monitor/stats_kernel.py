@@ -74,7 +74,8 @@ def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, when_ptr, limit, tiny
     ticket = tl.atomic_add(clock_ptr, 1.0, mask=bad)
     tl.atomic_min(row_ptr + C_SEQ, ticket, mask=bad)
     first = go & (pid == 0)
-    tl.atomic_add(row_ptr + C_NUMEL, n.to(tl.float64), mask=first)
+    numel = (n + tl.zeros((), tl.int64)).to(tl.float64)  # n is a constexpr when it is 1 (a launch specializes it)
+    tl.atomic_add(row_ptr + C_NUMEL, numel, mask=first)
     tl.atomic_add(row_ptr + C_CALLS, 1.0, mask=first)
     if HAS_SCALE:
         tl.store(row_ptr + C_SCALE, s.to(tl.float64), mask=first)

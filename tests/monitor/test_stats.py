@@ -87,3 +87,17 @@ def test_triton_kernel_compiles_for_sm90_with_vector_loads(has_scale):
     ptx = compile_kernel(_stats_kernel, sig, cx, num_warps=8, attrs=div16).ptx
     assert "ld.global.v4.b32" in ptx and "ld.global.b16" not in ptx
     assert ("div.rn.f32" in ptx) == has_scale and ".add.f64" in ptx  # float64 atomics into the row
+
+
+@pytest.mark.parametrize("has_scale,has_when", [(False, False), (False, True), (True, False)])
+def test_triton_kernel_compiles_for_a_one_element_tensor(has_scale, has_when):
+    """A launch on a 1-element tensor (a loss, a scalar parameter) specializes ``n`` to the
+    constexpr 1: the kernel must build that way too (for sm_90, every flag combination)."""
+    from lowbit.monitor.stats_kernel import BLOCK, _stats_kernel
+    sig = {"x_ptr": "*fp32", "n": "constexpr", "row_ptr": "*fp64", "clock_ptr": "*fp64", "scale_ptr": "*fp32",
+           "when_ptr": "*fp64", "limit": "fp32", "tiny": "fp32"}
+    cx = dict(n=1, C_NF=COL["nonfinite"], C_AMAX=COL["amax"], C_SAT=COL["saturated"], C_UF=COL["underflow"],
+              C_NZ=COL["nonzero"], C_NUMEL=COL["numel"], C_SEQ=COL["seq"], C_SCALE=COL["scale"], C_CALLS=COL["calls"],
+              HAS_SCALE=has_scale, HAS_WHEN=has_when, BLOCK=BLOCK)
+    ptx = compile_kernel(_stats_kernel, sig, cx, num_warps=8).ptx
+    assert ".add.f64" in ptx
