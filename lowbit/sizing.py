@@ -29,11 +29,13 @@ staircase in the (K, N) plane, given by its corners ``(min K, min N)``: a layer 
   and never runs faster than bf16), so the rule keeps every layer of it.
 * ``filter=`` in ``lowbit.convert`` replaces the default filter, this rule included.
 
-``HOPPER``'s corners are provisional: the cost model above with the project's H200 anchor
-figures and quantize records (GEMM rates, cast times per element, a few microseconds per extra
-launch), at ``min_gain`` 0.10 and 8192 tokens; MX-FP8 takes Blockwise's
-(its GEMM's target speed). ``benchmarks/layer_gain.py`` measures the gains on the GPU and prints
-the corners ``corners_from_gains`` derives from them: they replace these.
+``HOPPER``'s corners of the delayed tensorwise and blockwise families are the ones
+``corners_from_gains`` derives from ``benchmarks/layer_gain.py`` on an H200 (its rows in
+``benchmarks/results.csv``, ``min_gain`` 0.10, 8192 tokens, the grid 768..8192); those of current
+tensorwise and rowwise come from the cost model above with the H200 anchor figures until that
+script has measured them. MX-FP8 gains at no measured size on Hopper (its 32-element scales have
+no tensor-core support there; its GEMM promotes every 32 K): like FP4 it is converted for its
+numerics, not for speed, so no layer of it is skipped for size.
 """
 from __future__ import annotations
 
@@ -88,12 +90,12 @@ class SizeRule:
 HOPPER = SizeRule(
     name="Hopper (sm_90)", capability=(9, 0), tokens=8192, min_gain=0.10,
     families=(
-        ("tensorwise-delayed", LayerSizes(((768, 8192), (1024, 3072), (1536, 1536), (3072, 1024), (8192, 768)))),
+        ("tensorwise-delayed", LayerSizes(((768, 8192), (2048, 2048)))),
         ("tensorwise-current", LayerSizes(((1024, 14336), (1536, 4096), (2048, 3072), (3072, 2048), (4096, 1536),
                                            (14336, 1024)))),
         ("rowwise", LayerSizes(((1536, 14336), (2048, 8192), (3072, 3072), (8192, 2048), (14336, 1536)))),
-        ("blockwise", LayerSizes(((1536, 8192), (2048, 4096), (3072, 3072), (4096, 2048), (8192, 1536)))),
-        ("mx8", LayerSizes(((1536, 8192), (2048, 4096), (3072, 3072), (4096, 2048), (8192, 1536)))),
+        ("blockwise", LayerSizes(((2048, 8192), (4096, 4096), (8192, 2048)))),
+        ("mx8", None),
         ("fp4", None),
     ))
 RULES: Tuple[SizeRule, ...] = (HOPPER,)
