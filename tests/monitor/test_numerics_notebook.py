@@ -1,5 +1,6 @@
 """notebooks/02_numerics.ipynb runs top to bottom on the CPU and finds the NaN it plants: the
-culprit (module, phase, step), the report, and the replay that traces it to the weight."""
+culprit (module, phase, step), the report, and the replay that traces it to the weight; its audit
+section ranks the outlier layer of its MLP and recommends a finer format for it alone."""
 import os
 
 import nbformat
@@ -23,4 +24,5 @@ def test_numerics_notebook_plants_a_nan_and_finds_it(monkeypatch, tmp_path):
     assert "3 loss nan" in out and "2 loss nan" not in out
     assert "first non-finite: step 3" in out
     assert "1 non-finite at [4, 10]=nan" in out and "reproduced: yes" in out
+    assert "{'4': 'fp8-rowwise', '6': 'fp8', '2': 'fp8', '0': 'fp8'}" in out  # worst layer first
     assert (tmp_path / "numerics.jsonl").exists() and (tmp_path / "flight.pt").exists()
