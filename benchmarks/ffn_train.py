@@ -30,7 +30,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from common import bench_ms, env_info, guarded, parse_args, print_table, write_json  # noqa: E402
+from common import append_results, bench_ms, env_info, guarded, parse_args, print_table, result_row, write_json  # noqa: E402
 
 
 class SwiGLU(nn.Module):
@@ -176,6 +176,8 @@ def main():
     env = env_info()
     env["shape"] = f"tokens={tokens} d={d} hidden={h} SwiGLU fwd+bwd"
     write_json(args.out, "ffn_train", {"env": env, "rows": rows})
+    append_results([result_row(env, "ffn_train", env["shape"], f"{r['variant']} {r['mode']}", "ms", r["ms"],
+                               f"bf16 {r['mode']}", r.get("speedup_vs_bf16")) for r in rows if "ms" in r], args.out)
     print(env)
     print_table(rows, ["variant", "mode", "ms", "tflops", "speedup_vs_bf16", "rel_err_y", "rel_err_dx",
                        "rel_err_dx_last", "first_step_s", "graph_breaks", "cudagraph_skips", "error"])

@@ -40,7 +40,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from benchmarks.common import env_info, guarded, kernel_profile, parse_args, print_table, write_json  # noqa: E402
+from benchmarks.common import append_results, env_info, guarded, kernel_profile, parse_args, print_table, \
+    result_row, write_json  # noqa: E402
 from benchmarks.common import graph_ms as common_graph_ms  # noqa: E402
 
 ROTATE_BYTES = 200e6
@@ -265,6 +266,9 @@ def main():
         guarded(run.rows, f"{M}x{N}x{K}", lambda: bench_shape(run, M, N, K, kinds, variants))
     payload = dict(env=info, rows=run.rows, configs=wo.wo_last_config(), wall_s=time.time() - run.t0)
     path = write_json(args.out, "fp4_weight_only", payload)
+    append_results([result_row(info, "fp4_weight_only", r["shape"], f"{r.get('kind')} {r['variant']}", "ms", r["ms"],
+                               "cuBLAS bf16 torch.mm" if r.get("ratio") is not None else "", r.get("ratio"))
+                    for r in run.rows if r.get("ms") and r.get("shape")], args.out)
     print("\nenv:", {k: info.get(k) for k in ("gpu", "torch", "triton", "date")})
     print("\nautotuned configurations (tuning key -> config):")
     for k, v in payload["configs"].items():

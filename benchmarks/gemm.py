@@ -35,7 +35,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from benchmarks.common import bench_ms, env_info, graph_ms, guarded, parse_args, print_table, write_json  # noqa: E402
+from benchmarks.common import append_results, bench_ms, env_info, graph_ms, guarded, parse_args, print_table, \
+    result_row, write_json  # noqa: E402
 
 # in order of importance: a run out of time budget skips the tail, saying so
 SHAPES = [(8192, 8192, 8192), (16, 8192, 8192), (4096, 4096, 4096), (16384, 14336, 4096),
@@ -308,6 +309,8 @@ def main():
     payload.update(rows=run.rows, configs={**gemm.last_config(), **fp4_gemm.last_config()},
                    wall_s=time.time() - run.t0)
     path = write_json(args.out, "gemm", payload)
+    append_results([result_row(info, "gemm", r["shape"], r["variant"], "ms", r["ms"], r.get("anchor", ""), r.get("ratio"))
+                    for r in run.rows if "ms" in r and "shape" in r], args.out)
 
     print("\nenv:", {k: info.get(k) for k in ("gpu", "torch", "triton", "date")})
     print("\nautotuned configurations (kernel, tuning key -> config):")

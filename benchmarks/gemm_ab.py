@@ -29,7 +29,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from benchmarks.common import bench_ms, env_info, graph_ms, guarded, parse_args, print_table, write_json  # noqa: E402
+from benchmarks.common import append_results, bench_ms, env_info, graph_ms, guarded, parse_args, print_table, \
+    result_row, write_json  # noqa: E402
 
 CONFIGS = ("ws_s3_g16", "ws_s3_g16_eo", "ws_s3")
 MODES = ("tensorwise", "rowwise", "blockwise")
@@ -120,6 +121,8 @@ def main():
                                                                  args.graph))
             print(f"  {shape} {mode} done ({time.time() - t0:.0f} s)", flush=True)
     path = write_json(args.out, args.name, dict(env=info, rows=rows, wall_s=time.time() - t0))
+    append_results([result_row(info, f"gemm_ab {r['mode']}", r["shape"], r["variant"], "ms", r["ms"], "first variant of the round",
+                               r.get("ratio")) for r in rows if "ms" in r], args.out)
     print("\nenv:", {k: info.get(k) for k in ("gpu", "torch", "triton", "date")}, f"\nJSON: {path}\n")
     print_table(rows, ["shape", "mode", "variant", "ms", "tflops", "ratio", "spread", "note", "error"])
 

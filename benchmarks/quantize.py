@@ -54,7 +54,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import bench_ms, env_info, graph_ms, guarded, kernel_profile, parse_args, print_table, \
-    write_json  # noqa: E402
+    write_json, append_results, result_row  # noqa: E402
 from lowbit.dtypes.formats import E2M1  # noqa: E402
 from lowbit.dtypes.fp8_tensor import FP8Tensor  # noqa: E402
 from lowbit.dtypes.quantize import pack_fp4, quantize  # noqa: E402
@@ -521,6 +521,9 @@ def main():
 
     report(rows, checks, copy, t_start)
     save()
+    append_results([result_row(info, "quantize", r["shape"], f"{r['variant']} ({r['impl']})", "kernel ms", r["kern ms"],
+                               "copy (read + write of the bytes moved)", r["%copy kern"] / 100 if r.get("%copy kern") else None)
+                    for r in rows if r.get("kern ms")], args.out)
 
 
 def report(rows, checks, copy, t_start):
