@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..dtypes.formats import get_format
-from .blocks import TENSOR, block_amax
+from ..dtypes.blocks import TENSOR, block_amax
 from .recipes import Delayed
 from .scales import div_exact
 
