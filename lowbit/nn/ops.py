@@ -39,8 +39,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from ..dtypes.fp4_tensor import FP4Tensor
 from ..dtypes.fp8_tensor import FP8Tensor
-from ..kernels.cast import quantize_fp4, quantize_fp8, quantize_fp8_t
-from ..kernels.dispatch import scaled_mm
+from ..kernels.api import quantize_fp4, quantize_fp8, quantize_fp8_t, scaled_mm
 from ..scaling.delayed import DelayedScalingState
 from ..scaling.recipes import NV, Delayed
 from .spec import decode
