@@ -1,4 +1,5 @@
-"""The package's structure: no import cycle anywhere in ``lowbit/``, function-level imports included.
+"""The package's structure: no import cycle anywhere in ``lowbit/``, function-level imports included;
+no dated measurement or run log in its sources (they live in ``benchmarks/results.csv``).
 
 Every module is parsed (no import runs) and every ``import`` / ``from ... import`` statement is an
 edge, wherever it stands (module level, inside a function or a branch). Importing ``a.b.c`` runs the
@@ -8,6 +9,7 @@ runs). ``from pkg import name`` is an edge to ``pkg.name`` too when that is a mo
 """
 import ast
 import os
+import re
 
 import lowbit
 
@@ -110,3 +112,22 @@ def test_cycle_finder_sees_function_level_and_package_imports():
     src = "def f():\n    from .b import x\n"
     tree = ast.parse(src)
     assert any(isinstance(n, ast.ImportFrom) for n in ast.walk(tree))  # ast.walk reaches function bodies
+
+
+_DATE = re.compile(r"20[0-9]{2}-[0-9]{2}-[0-9]{2}")
+_RUN_LOG = re.compile(r"\bsession[ -]?[0-9]+|\bRESULTS\.md\b|\bcall [0-9]+\b", re.IGNORECASE)
+
+
+def test_no_dates_or_run_logs_in_lowbit():
+    """``grep -rE "20[0-9]{2}-[0-9]{2}-[0-9]{2}" lowbit/`` finds nothing, nor a session or call
+    number of a benchmark run (the patterns are checked on a planted line first)."""
+    assert _DATE.search("H200 (2026-12-01)") and _RUN_LOG.search("session 4 sweep") and _RUN_LOG.search("call 3:")
+    hits = []
+    for dirpath, _, files in os.walk(ROOT):
+        for f in files:
+            if f.endswith((".py", ".md", ".txt", ".json")):
+                path = os.path.join(dirpath, f)
+                for i, line in enumerate(open(path, encoding="utf-8"), 1):
+                    if _DATE.search(line) or _RUN_LOG.search(line):
+                        hits.append(f"{os.path.relpath(path, ROOT)}:{i}: {line.strip()[:80]}")
+    assert not hits, "\n".join(hits)

@@ -186,8 +186,7 @@ def _encode_fp8_lean(y, s, FMAX: tl.constexpr, EMIN: tl.constexpr, MBITS: tl.con
     abs operand: the hardware min turns a NaN into fmax, code 0x7E for E4M3, 0x7B for E5M2),
     then OR 0x7F where y is NaN (0x7E | 0x7F = 0x7B | 0x7F = 0x7F); 3: the min lets NaN through
     (``min.NaN``) and the cast's own code for a positive NaN is kept, no NaN test: right where
-    ``cvt.rn.satfinite`` writes 0x7F for it (the block casts' "cvt nan" rows of 2026-12-01 saw
-    that for E4M3 on the H200; benchmarks/quantize.py --sweep checks it)."""
+    ``cvt.rn.satfinite`` writes 0x7F for it (``benchmarks/bitexact.py`` checks it on the GPU)."""
     sgn = (s.to(tl.int32, bitcast=True) >> 24) & 0x80
     if HW_CVT > 0:
         if HW_CVT == 3:
