@@ -33,8 +33,8 @@ class Block:
         return self.rows == -1 and self.cols == -1
 
     def t(self) -> "Block":
-        """The block of the transposed tensor."""
-        return Block(self.cols, self.rows)
+        """The block of the transposed tensor (itself when square: tensorwise, BxB)."""
+        return self if self.rows == self.cols else Block(self.cols, self.rows)
 
     def sizes(self, shape) -> tuple[int, int]:
         """Concrete (rows, cols) block sizes for data of this shape."""

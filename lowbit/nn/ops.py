@@ -44,7 +44,8 @@ from ..scaling.delayed import DelayedScalingState
 from ..scaling.recipes import NV, Delayed
 from .spec import decode
 
-__all__ = ["fp8_linear_fwd", "fp8_linear_bwd", "fp4_linear_fwd", "fp4_linear_bwd", "sr_generator", "EAGER"]
+__all__ = ["fp8_linear_fwd", "fp8_linear_bwd", "fp4_linear_fwd", "fp4_linear_bwd", "fp8_forward", "fp8_backward",
+           "sr_generator", "EAGER"]
 
 T = torch.Tensor
 
@@ -62,7 +63,7 @@ def _states(recipe, tensors: List[T], roles, prime: Tuple[bool, ...], primed_by:
     for i, (role, x) in enumerate(zip(roles, primed_by)):
         st = DelayedScalingState.over(recipe, recipe.format(role), *tensors[2 * i: 2 * i + 2])
         if prime[i] and not fake:
-            st.prime(x)
+            st.prime(x, force=True)
         out.append(st)
     return out
 
@@ -77,12 +78,9 @@ def _fake_mode(*ts) -> bool:
 
 
 # ---- FP8 -------------------------------------------------------------------------------------
-def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, need_wt, prime_x=False, prime_w=False):
-    recipe = decode(recipe_s)
-    fake = _fake_mode(x, w)
-    if fake:
-        backend = "torch"
-    st_x, st_w = _states(recipe, state, ("input", "weight"), (prime_x, prime_w), (x, w), fake)
+def fp8_forward(x, w, bias, st_x, st_w, recipe, backend, need_xt, need_wt):
+    """(y, x^T, w^T) of the forward GEMM: FP8Tensors (None when not needed); ``st_*``: the
+    delayed-scaling states of input and weight (None for the other recipes)."""
     if need_xt:
         qx, qx_t = quantize_fp8_t(x, recipe, "input", st_x, backend)
     else:
@@ -92,6 +90,27 @@ def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, need_wt, prime_x=Fal
     else:
         qw, qw_t = quantize_fp8(w, recipe, "weight", st_w, backend), None
     y = scaled_mm(qx, qw.t(), x.dtype, bias, backend, fast_accum=getattr(recipe, "fast_accum_fwd", False))
+    return y, qx_t, qw_t
+
+
+def fp8_backward(g, xt, wt, st_g, recipe, backend, x_dtype, w_dtype, need_dx, need_dw):
+    """(dgrad ``g w``, wgrad ``g^T x``) from the forward's transposed operands (FP8Tensors)."""
+    qg, qg_t = quantize_fp8_t(g, recipe, "grad", st_g, backend)
+    dx = dw = _empty(g)
+    if need_dx:
+        dx = scaled_mm(qg, wt.t(), x_dtype, None, backend)
+    if need_dw:
+        dw = scaled_mm(qg_t, xt.t(), w_dtype, None, backend)
+    return dx, dw
+
+
+def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, need_wt, prime_x=False, prime_w=False):
+    recipe = decode(recipe_s)
+    fake = _fake_mode(x, w)
+    if fake:
+        backend = "torch"
+    st_x, st_w = _states(recipe, state, ("input", "weight"), (prime_x, prime_w), (x, w), fake)
+    y, qx_t, qw_t = fp8_forward(x, w, bias, st_x, st_w, recipe, backend, need_xt, need_wt)
     xt = (qx_t._data, qx_t._scale.clone()) if qx_t is not None else (_empty(x, torch.float8_e4m3fn), _empty(x))
     wt = (qw_t._data, qw_t._scale.clone()) if qw_t is not None else (_empty(x, torch.float8_e4m3fn), _empty(x))
     return y, *xt, *wt
@@ -115,15 +134,9 @@ def _fp8_bwd(g, xt_data, xt_scale, wt_data, wt_scale, state, recipe_s, backend, 
     if fake:
         backend = "torch"
     (st_g,) = _states(recipe, state, ("grad",), (prime_g,), (g,), fake)
-    qg, qg_t = quantize_fp8_t(g, recipe, "grad", st_g, backend)
-    dx = dw = _empty(g)
-    if need_dx:
-        wt = FP8Tensor(wt_data, wt_scale, recipe.granularity("weight"), w_dtype)
-        dx = scaled_mm(qg, wt.t(), x_dtype, None, backend)
-    if need_dw:
-        xt = FP8Tensor(xt_data, xt_scale, recipe.granularity("input"), x_dtype)
-        dw = scaled_mm(qg_t, xt.t(), w_dtype, None, backend)
-    return dx, dw
+    wt = FP8Tensor(wt_data, wt_scale, recipe.granularity("weight"), w_dtype) if need_dx else None
+    xt = FP8Tensor(xt_data, xt_scale, recipe.granularity("input"), x_dtype) if need_dw else None
+    return fp8_backward(g, xt, wt, st_g, recipe, backend, x_dtype, w_dtype, need_dx, need_dw)
 
 
 @torch.library.custom_op("lowbit::fp8_linear_bwd", mutates_args=("state",))

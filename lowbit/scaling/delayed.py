@@ -56,9 +56,10 @@ class DelayedScalingState(nn.Module):
         self.scale.copy_(torch.where(good, new, self.scale))
 
     @torch.no_grad()
-    def prime(self, x: torch.Tensor) -> None:
-        """Before the first cast: the scale from x's own finite amax (no-op once primed)."""
-        if self.primed:
+    def prime(self, x: torch.Tensor, force: bool = False) -> None:
+        """Before the first cast: the scale from x's own finite amax (no-op once primed, unless
+        ``force``: the caller tracks the cold start itself, as ``lowbit.nn.LinearState`` does)."""
+        if self.primed and not force:
             return
         self._scale_from(block_amax(x.detach(), TENSOR).to(device=self.scale.device, dtype=torch.float32))
         self.primed = True

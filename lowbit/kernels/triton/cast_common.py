@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 import torch
 
+from . import jit_common
 from .runtime import cdiv, gpu, interpreting, next_pow2
 
 __all__ = ["DTYPES", "IN_KIND", "pow2_block", "rows", "arg", "fmt_consts", "kernels_interpreted", "Target", "target",
@@ -48,8 +49,6 @@ def kernels_interpreted() -> bool:
     TRITON_INTERPRET=1: ``@triton.jit`` decides when it runs, so this cannot be switched later."""
     import triton.language as tl
     from triton.runtime.jit import JITFunction
-
-    from . import jit_common
     return type(jit_common._load_f32).__name__ == "InterpretedFunction" and not isinstance(tl.max, JITFunction)
 
 
