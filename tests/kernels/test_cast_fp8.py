@@ -400,10 +400,10 @@ _PTX_SCRIPT = textwrap.dedent("""
     out = []
     for fast in (False, True):
         specs = [
-            kh.scan_spec(k8._cast_tensor_kernel, {"x_ptr": "*fp32", "q_ptr": "*u8", "qt_ptr": "*u8",
+            kh.scan_spec(k8._cast_tensor_kernel, {"x_ptr": "*fp32", "q_ptr": "*u8",
                          "scale_ptr": "*fp32", "amax_ptr": "*fp32", **i32, "sqr": "i32", "sqc": "i32",
                          "n_tiles_c": "i32", "n_tiles": "i32", "n_amax": "i32"},
-                         dict(IN_BF16=False, DELAYED=False, WRITE_T=False, HW_CVT=1, FAST_DIV=fast, FLAT=True, BLOCK_R=4,
+                         dict(IN_BF16=False, DELAYED=False, HW_CVT=1, FAST_DIV=fast, FLAT=True, BLOCK_R=4,
                               BLOCK_C=64, LEAN=False, AMAX_SLOTS=False, AMAX_BLOCK=1, AMAX_VEC=1, PREFETCH=False,
                               **E4M3)),
             kh.scan_spec(k4._fp4_cast_kernel, {"x_ptr": "*fp32", "signs_ptr": "*fp32", "u_ptr": "*fp32",

@@ -176,41 +176,27 @@ def _store_packed(q_ptr, q, g, R, C, n_sc, n_groups, FLAT: tl.constexpr, BC: tl.
 @triton.jit
 def _mx_fp4_rowblock_kernel(x_ptr, q_ptr, s_ptr, R, C, sxr, sxc, n_sc, n_groups, n_tiles,
                             IN_BF16: tl.constexpr, FLAT: tl.constexpr, TR: tl.constexpr, BC: tl.constexpr,
-                            PREFETCH: tl.constexpr, FINITE: tl.constexpr, RCEIL: tl.constexpr):
+                            RCEIL: tl.constexpr):
     """MX E2M1 with 1xBC blocks (no Hadamard transform) by the row-local walk: tiles of TR blocks
     (``cast_fp8.rowlocal._group_offsets``; q is (R, C / 2), contiguous), per block the
     finite amax ``max |fma(x, 0, x)|`` (inf and NaN -> NaN, ignored by the hardware max; a block
     with no finite element reduces to NaN: k = 0, as for amax 0), the NaN flag from the integer
     max of the sign-cleared bits, ``k = _mx_exponent(amax)``, scale code ``k + 127`` (0xFF and
-    codes 0 for a block holding NaN), the codes of ``x * 2^-k``. ``PREFETCH``: tile t + programs
-    is loaded before tile t is worked on. ``FINITE``: a tile of finite x (its integer max below
-    0x7F800000, one reduction across the program) takes the amax from those bits and the codes
-    without NaN handling (y = x * 2^-k is finite and has x's sign)."""
+    codes 0 for a block holding NaN), the codes of ``x * 2^-k``."""
     pid = tl.program_id(0)
     step = tl.num_programs(0)
-    x_next = _walk_first(x_ptr, pid, R, C, sxr, sxc, n_sc, n_groups, FLAT, TR, BC, IN_BF16, PREFETCH)
+    x_next = _walk_first(x_ptr, pid, R, C, sxr, sxc, n_sc, n_groups, FLAT, TR, BC, IN_BF16, False)
     for t in range(pid, n_tiles, step):
         g, _, mask, x, x_next = _walk_tile(x_ptr, t, step, x_next, R, C, sxr, sxc, 0, 0, n_sc, n_groups, FLAT, TR, BC,
-                                           IN_BF16, PREFETCH)
+                                           IN_BF16, False)
         key = tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=1)  # integer order: NaN > inf > finite
-        if FINITE:
-            finite = tl.max(key, axis=0) < 0x7F800000
-        else:
-            finite = False
         s_mask = (g < n_groups)[:, None]
-        if finite:  # the stores in each branch (codes yielded from an if would take a register each)
-            k = _mx_exponent(key.to(tl.float32, bitcast=True), RCEIL, 2, 6.0, 2)
-            tl.store(s_ptr + g[:, None], (k + 127).to(tl.uint8)[:, None], mask=s_mask)
-            code = _e2m1_signed(x * _pow2(-k)[:, None])
-            lo, hi = tl.split(tl.reshape(code, (TR, BC // 2, 2)))
-            _store_packed(q_ptr, (lo | (hi << 4)).to(tl.uint8), g, R, C, n_sc, n_groups, FLAT, BC)
-        else:
-            has_nan = key > 0x7F800000
-            k = _mx_exponent(tl.max(tl.abs(tl.fma(x, 0.0, x)), axis=1), RCEIL, 2, 6.0, 2)
-            tl.store(s_ptr + g[:, None], tl.where(has_nan, 255, k + 127).to(tl.uint8)[:, None], mask=s_mask)
-            code = tl.where(has_nan[:, None], 0, _e2m1_signed(x * _pow2(-k)[:, None]))
-            lo, hi = tl.split(tl.reshape(code, (TR, BC // 2, 2)))
-            _store_packed(q_ptr, (lo | (hi << 4)).to(tl.uint8), g, R, C, n_sc, n_groups, FLAT, BC)
+        has_nan = key > 0x7F800000
+        k = _mx_exponent(tl.max(tl.abs(tl.fma(x, 0.0, x)), axis=1), RCEIL, 2, 6.0, 2)
+        tl.store(s_ptr + g[:, None], tl.where(has_nan, 255, k + 127).to(tl.uint8)[:, None], mask=s_mask)
+        code = tl.where(has_nan[:, None], 0, _e2m1_signed(x * _pow2(-k)[:, None]))
+        lo, hi = tl.split(tl.reshape(code, (TR, BC // 2, 2)))
+        _store_packed(q_ptr, (lo | (hi << 4)).to(tl.uint8), g, R, C, n_sc, n_groups, FLAT, BC)
 
 
 @triton.jit
@@ -228,7 +214,7 @@ def _nv_global_scale(amax_ptr, g_ptr, pid):
 @triton.jit
 def _nv_fp4_rowblock_kernel(x_ptr, amax_ptr, q_ptr, s_ptr, g_ptr, R, C, sxr, sxc, n_sc, n_groups, n_tiles,
                             IN_BF16: tl.constexpr, FLAT: tl.constexpr, TR: tl.constexpr, BC: tl.constexpr,
-                            PREFETCH: tl.constexpr, FAST_DIV: tl.constexpr):
+                            FAST_DIV: tl.constexpr):
     """NV E2M1 with 1xBC blocks (no Hadamard transform, round to nearest) by the row-local walk
     of ``_mx_fp4_rowblock_kernel``, from the tensor amax at ``amax_ptr``: ``_fp4_cast_kernel``'s NV
     math per block (``s_global``, the UE4M3 block scale, ``y = x / fp32(s_block * s_global)`` by
@@ -236,10 +222,10 @@ def _nv_fp4_rowblock_kernel(x_ptr, amax_ptr, q_ptr, s_ptr, g_ptr, R, C, sxr, sxc
     pid = tl.program_id(0)
     step = tl.num_programs(0)
     gs = _nv_global_scale(amax_ptr, g_ptr, pid)
-    x_next = _walk_first(x_ptr, pid, R, C, sxr, sxc, n_sc, n_groups, FLAT, TR, BC, IN_BF16, PREFETCH)
+    x_next = _walk_first(x_ptr, pid, R, C, sxr, sxc, n_sc, n_groups, FLAT, TR, BC, IN_BF16, False)
     for t in range(pid, n_tiles, step):
         g, _, mask, x, x_next = _walk_tile(x_ptr, t, step, x_next, R, C, sxr, sxc, 0, 0, n_sc, n_groups, FLAT, TR, BC,
-                                           IN_BF16, PREFETCH)
+                                           IN_BF16, False)
         amax = tl.max(tl.where(x == x, _finite_abs(x), float("inf")), axis=1)  # NaN: +inf
         has_nan = amax == float("inf")
         tb = tl.div_rn(amax, 6.0)
@@ -268,9 +254,9 @@ SCAN_SPECS = (
     scan_spec(_mx_fp4_rowblock_kernel,
               {"x_ptr": "*i16", "q_ptr": "*u8", "s_ptr": "*u8",
                **dict.fromkeys(("R", "C", "sxr", "sxc", "n_sc", "n_groups", "n_tiles"), "i32")},
-              dict(IN_BF16=True, FLAT=True, TR=128, BC=32, PREFETCH=True, FINITE=True, RCEIL=False), num_warps=8),
+              dict(IN_BF16=True, FLAT=True, TR=128, BC=32, RCEIL=False), num_warps=8),
     scan_spec(_nv_fp4_rowblock_kernel,
               {"x_ptr": "*i16", "amax_ptr": "*fp32", "q_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32",
                **dict.fromkeys(("R", "C", "sxr", "sxc", "n_sc", "n_groups", "n_tiles"), "i32")},
-              dict(IN_BF16=True, FLAT=True, TR=256, BC=16, PREFETCH=False, FAST_DIV=True), num_warps=8),
+              dict(IN_BF16=True, FLAT=True, TR=256, BC=16, FAST_DIV=True), num_warps=8),
 )

@@ -116,8 +116,7 @@ class FP4Casts:
                                                                  g_tiles)
             elif not nv:
                 k = Launch(_k4._mx_fp4_rowblock_kernel, grid, IN_BF16=in_bf16, FLAT=flat, TR=g_tr, BC=block.cols,
-                           PREFETCH=False, FINITE=False, RCEIL=recipe.scale_rule == "rceil", enable_fp_fusion=False,
-                           num_warps=warps)
+                           RCEIL=recipe.scale_rule == "rceil", enable_fp_fusion=False, num_warps=warps)
                 cast = lambda x2, q, scale, g, u, amax, signs: k(arg(x2), q, scale, R, C, *strides,  # noqa: E731
                                                                  n_sc, n_groups, g_tiles)
             elif pairs:
@@ -127,7 +126,7 @@ class FP4Casts:
                                                                  n_groups, g_tiles)
             else:
                 k = Launch(_k4._nv_fp4_rowblock_kernel, grid, IN_BF16=in_bf16, FLAT=flat, TR=g_tr, BC=block.cols,
-                           PREFETCH=False, FAST_DIV=t.fast_div, enable_fp_fusion=False, num_warps=warps)
+                           FAST_DIV=t.fast_div, enable_fp_fusion=False, num_warps=warps)
                 cast = lambda x2, q, scale, g, u, amax, signs: k(arg(x2), amax, q, scale, g, R, C,  # noqa: E731
                                                                  *strides, n_sc, n_groups, g_tiles)
         else:

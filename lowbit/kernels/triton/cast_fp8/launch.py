@@ -155,24 +155,24 @@ class FP8Casts:
         walk = dict(FLAT=flat, BLOCK_R=br, BLOCK_C=bc, PREFETCH=False, AMAX_VEC=vec, **opts)
         geo = (R, C, *x2.stride(), *plan.q2_stride)
         if delayed:
-            cast = Launch(_kt._cast_tensor_kernel, (programs,), DELAYED=True, WRITE_T=False, AMAX_SLOTS=True, AMAX_BLOCK=1,
-                          **common, **walk)
+            cast = Launch(_kt._cast_tensor_kernel, (programs,), DELAYED=True, AMAX_SLOTS=True, AMAX_BLOCK=1, **common,
+                          **walk)
             update = self._delayed_update(state, programs)
 
             def run(x2a, q2, st):
                 amax = _fp32(dev, programs)
-                cast(x2a, q2, q2, st.scale, amax, *geo, n_c, n_tiles, programs)  # reads the scale before the update
+                cast(x2a, q2, st.scale, amax, *geo, n_c, n_tiles, programs)  # reads the scale before the update
                 return update(st, amax), None
         else:
             amax_k = Launch(_kt._amax_kernel, (programs,), IN_BF16=common["IN_BF16"], AMAX_SLOTS=False,
                             REVERSE=t.amax_reverse, **walk)
-            cast = Launch(_kt._cast_tensor_kernel, (programs,), DELAYED=False, WRITE_T=False, AMAX_SLOTS=False,
-                          AMAX_BLOCK=1, **common, **walk)
+            cast = Launch(_kt._cast_tensor_kernel, (programs,), DELAYED=False, AMAX_SLOTS=False, AMAX_BLOCK=1, **common,
+                          **walk)
 
             def run(x2a, q2, st):
                 scale, amax = _fp32(dev), torch.zeros((), dtype=torch.float32, device=dev)
                 amax_k(x2a, amax, R, C, *geo[2:4], n_c, n_tiles)
-                cast(x2a, q2, q2, scale, amax, *geo, n_c, n_tiles, 1)
+                cast(x2a, q2, scale, amax, *geo, n_c, n_tiles, 1)
                 return scale, None
         plan.body = run
 

@@ -155,15 +155,15 @@ def _amax_kernel(x_ptr, amax_ptr, R, C, sxr, sxc, n_tiles_c, n_tiles,
 
 
 @triton.jit
-def _cast_tensor_kernel(x_ptr, q_ptr, qt_ptr, scale_ptr, amax_ptr, R, C, sxr, sxc, sqr, sqc,
+def _cast_tensor_kernel(x_ptr, q_ptr, scale_ptr, amax_ptr, R, C, sxr, sxc, sqr, sqc,
                         n_tiles_c, n_tiles, n_amax,
-                        IN_BF16: tl.constexpr, DELAYED: tl.constexpr, WRITE_T: tl.constexpr,
+                        IN_BF16: tl.constexpr, DELAYED: tl.constexpr,
                         FMAX: tl.constexpr, EMIN: tl.constexpr, MBITS: tl.constexpr, IS_E4M3: tl.constexpr,
                         HW_CVT: tl.constexpr, FAST_DIV: tl.constexpr, FLAT: tl.constexpr,
                         BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, LEAN: tl.constexpr,
                         AMAX_SLOTS: tl.constexpr, AMAX_BLOCK: tl.constexpr, AMAX_VEC: tl.constexpr,
                         PREFETCH: tl.constexpr):
-    """Tensorwise cast ``q = fp8(x / scale)``, plus ``qt = q.t()`` (contiguous) when ``WRITE_T``.
+    """Tensorwise cast ``q = fp8(x / scale)`` (the transposed copy: ``_cast_tensor_t_reg_kernel``).
 
     ``DELAYED``: ``scale`` is read from ``scale_ptr`` (the state's scale) and the finite amax of x
     is computed in the same pass into ``amax_ptr`` (one read of x, one write of q; the amax is kept
@@ -187,8 +187,6 @@ def _cast_tensor_kernel(x_ptr, q_ptr, qt_ptr, scale_ptr, amax_ptr, R, C, sxr, sx
             r64 = rows[:, None].to(tl.int64)
             c64 = cols[None, :].to(tl.int64)
             tl.store(q_ptr + r64 * sqr + c64 * sqc, q, mask=mask)
-            if WRITE_T:
-                tl.store(qt_ptr + c64 * R + r64, q, mask=mask)
     if DELAYED:
         amax = tl.max(tl.max(acc, axis=1), axis=0)
         if amax == float("inf"):  # rare: an inf in this program's tiles; again, without it
@@ -269,9 +267,9 @@ SCAN_SPECS = (
               dict(IN_BF16=True, FLAT=True, BLOCK_R=8, BLOCK_C=512, AMAX_SLOTS=False, AMAX_VEC=1, PREFETCH=False,
                    REVERSE=True)),
     scan_spec(_cast_tensor_kernel,
-              {"x_ptr": "*i16", "q_ptr": "*u8", "qt_ptr": "*u8", "scale_ptr": "*fp32", "amax_ptr": "*fp32", **_I32,
+              {"x_ptr": "*i16", "q_ptr": "*u8", "scale_ptr": "*fp32", "amax_ptr": "*fp32", **_I32,
                "sqr": "i32", "sqc": "i32", "n_tiles_c": "i32", "n_tiles": "i32", "n_amax": "i32"},
-              dict(IN_BF16=True, DELAYED=True, WRITE_T=True, FLAT=False, BLOCK_R=64, BLOCK_C=64, LEAN=False,
+              dict(IN_BF16=True, DELAYED=True, FLAT=False, BLOCK_R=64, BLOCK_C=64, LEAN=False,
                    AMAX_SLOTS=True, AMAX_BLOCK=1, AMAX_VEC=1, PREFETCH=False, **_E4M3)),
     scan_spec(_delayed_update_kernel,
               {"amax_ptr": "*fp32", "hist_ptr": "*fp32", "scale_ptr": "*fp32", "out_scale_ptr": "*fp32", "L": "i32",

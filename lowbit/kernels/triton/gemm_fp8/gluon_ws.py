@@ -57,7 +57,7 @@ stage ahead.
 ``EPI_OVERLAP``: a tile's epilogue (scales, bias, cast, stores) runs after the next tile's first
 stage has issued its two wgmmas, so the tensor cores work through it (the accumulator is carried
 into the next tile, where t0 / t1 are not yet live); the program's last tile's epilogue follows
-its loop. ``FAST`` (no promotion, one accumulator) is compiled by no shipped configuration.
+its loop.
 
 The launcher (``launch``) declines (None) where this kernel doesn't apply: no Gluon, not sm_90,
 CPU tensors, strides TMA can't take, other scale layouts.
@@ -203,7 +203,7 @@ if gl is not None:
     @gluon.jit
     def _ws_consumer(a_bufs, b_bufs, sa_ring, sb_ring, ready, empty, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N, K,
                      stride_cm, stride_cn: gl.constexpr, stride_sam, stride_sak, stride_sbk, stride_sbn,
-                     WG: gl.constexpr, MODE: gl.constexpr, HAS_BIAS: gl.constexpr, FAST: gl.constexpr,
+                     WG: gl.constexpr, MODE: gl.constexpr, HAS_BIAS: gl.constexpr,
                      BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
                      SUBK: gl.constexpr, GROUP_M: gl.constexpr, EPI_OVERLAP: gl.constexpr,
                      SMEM_SCALES: gl.constexpr):
@@ -211,7 +211,7 @@ if gl is not None:
         EPI_OVERLAP (promoting): a tile's epilogue runs in the next tile's first stage, while its
         two wgmmas do (the first tile's is a masked-off no-op)."""
         HALF_M: gl.constexpr = 64
-        OVERLAP: gl.constexpr = EPI_OVERLAP and not FAST  # the promoting tile schedules only
+        OVERLAP: gl.constexpr = EPI_OVERLAP
         mma_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32])
         num_pid_m = gl.cdiv(M, 2 * HALF_M)
@@ -229,10 +229,7 @@ if gl is not None:
         for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
             pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
             off_m = pid_m * 2 * HALF_M + WG * HALF_M
-            if FAST:
-                acc, c = _ws_tile_fast(a_bufs, b_bufs, ready, empty, c, gl.cdiv(n_chunks, SUBK), WG,
-                                       STAGES, SUBK, mma_layout)
-            elif MODE == 3:
+            if MODE == 3:
                 acc, c, t0, t1 = _ws_tile_promote_cols(a_bufs, b_bufs, sa_ring, sb_ring, ready, empty, c, t0, t1,
                                                        sa_ptr, sb_ptr, off_m, pid_n * BLOCK_N, n_chunks, M, N,
                                                        stride_sam, stride_sak, stride_sbk, stride_sbn, WG, STAGES,
@@ -254,24 +251,6 @@ if gl is not None:
         if OVERLAP:  # the last tile's
             _epilogue(acc_prev, c_ptr, bias_ptr, sa_ptr, sb_ptr, prev_m, prev_n, M, N, stride_cm,
                       stride_cn, stride_sam, stride_sbn, MODE, HAS_BIAS, mma_layout, HALF_M, BLOCK_N, tw)
-
-    @gluon.jit
-    def _ws_tile_fast(a_bufs, b_bufs, ready, empty, c, n_stages, WG: gl.constexpr, STAGES: gl.constexpr,
-                      SUBK: gl.constexpr, mma_layout: gl.constexpr):
-        """Fast accumulation (no promotion, cuBLAS ``use_fast_accum``): every chunk's wgmma adds
-        into the one accumulator; a stage's slot is released once its wgmmas retired."""
-        BLOCK_N: gl.constexpr = mma_layout.instr_shape[1]
-        acc = gl.zeros([64, BLOCK_N], gl.float32, mma_layout)
-        for st in range(n_stages):
-            slot = c % STAGES
-            mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
-            for h in gl.static_range(SUBK):
-                acc = warpgroup_mma(a_bufs.index((slot * SUBK + h) * 2 + WG),
-                                    b_bufs.index(slot * SUBK + h).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=[acc])
-            mbarrier.arrive(empty.index(slot), count=1)
-            c += 1
-        return acc, c
 
     @gluon.jit
     def _promote_cols(acc, t, sa, sb):
@@ -470,13 +449,13 @@ if gl is not None:
     @gluon.jit
     def _fp8_gemm_ws_kernel(a_desc, b_desc, sa_desc, sb_desc, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N, K,
                             stride_cm, stride_cn: gl.constexpr, stride_sam, stride_sak, stride_sbk, stride_sbn,
-                            MODE: gl.constexpr, HAS_BIAS: gl.constexpr, FAST: gl.constexpr,
+                            MODE: gl.constexpr, HAS_BIAS: gl.constexpr,
                             STAGES: gl.constexpr, SUBK: gl.constexpr, GROUP_M: gl.constexpr,
                             CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr, EPI_OVERLAP: gl.constexpr,
                             SMEM_SCALES: gl.constexpr, num_warps: gl.constexpr):
         """Persistent warp-specialized promoting FP8 GEMM (module docstring); MODE 0/1/2/3:
         tensorwise, rowwise, blockwise, blockwise_cols; 128 x BLOCK_N tiles, stages of SUBK 128-K
-        chunks; FAST: no promotion (tensorwise / rowwise). SMEM_SCALES (blockwise modes): the chunk
+        chunks. SMEM_SCALES (blockwise modes): the chunk
         scales come from a ring of 2 STAGES scale slots in shared memory that the producer fills by
         TMA (``sa_desc``: sA as (chunks, M); ``sb_desc``, blockwise_cols: sB as (chunks, N); where
         unused, the operand descriptors stand in). ``stride_cn`` is a compile-time constant (1 for
@@ -485,9 +464,9 @@ if gl is not None:
         gl.static_assert(num_warps == 4, "the default partition is consumer warp group 0")
         BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
         BLOCK_K: gl.constexpr = b_desc.block_type.shape[1]
-        gl.static_assert(MODE < 2 or (BLOCK_N == 128 and BLOCK_K == 128 and not FAST),
+        gl.static_assert(MODE < 2 or (BLOCK_N == 128 and BLOCK_K == 128),
                          "blockwise: 128x128 tiles (one sB, or a row of them, per chunk), promoted")
-        gl.static_assert(FAST or SUBK == 2, "promotion: a stage's two ops are its two 128-K chunks")
+        gl.static_assert(SUBK == 2, "promotion: a stage's two ops are its two 128-K chunks")
         gl.static_assert(MODE >= 2 or not SMEM_SCALES, "the scale ring holds blockwise scales")
         a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES * SUBK * 2] + a_desc.block_type.shape,
                                            a_desc.layout)
@@ -516,11 +495,11 @@ if gl is not None:
         gl.warp_specialize([
             (_ws_consumer, (a_bufs, b_bufs, sa_ring, sb_ring, ready, empty, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N, K,
                             stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn,
-                            0, MODE, HAS_BIAS, FAST, BLOCK_N, BLOCK_K, STAGES, SUBK, GROUP_M, EPI_OVERLAP,
+                            0, MODE, HAS_BIAS, BLOCK_N, BLOCK_K, STAGES, SUBK, GROUP_M, EPI_OVERLAP,
                             SMEM_SCALES)),
             (_ws_consumer, (a_bufs, b_bufs, sa_ring, sb_ring, ready, empty, c_ptr, bias_ptr, sa_ptr, sb_ptr, M, N, K,
                             stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn,
-                            1, MODE, HAS_BIAS, FAST, BLOCK_N, BLOCK_K, STAGES, SUBK, GROUP_M, EPI_OVERLAP,
+                            1, MODE, HAS_BIAS, BLOCK_N, BLOCK_K, STAGES, SUBK, GROUP_M, EPI_OVERLAP,
                             SMEM_SCALES)),
             (_ws_producer, (a_desc, b_desc, sa_desc, sb_desc, a_bufs, b_bufs, sa_tma, sb_tma, ready, empty, M, N, K,
                             STAGES, SUBK, GROUP_M, MODE, SMEM_SCALES)),
@@ -612,7 +591,7 @@ def compile_ws_for_sm90(mode: str = "tensorwise", config=None, out_dtype: str = 
            "c_ptr": f"*{out_dtype}", "bias_ptr": f"*{out_dtype}", "sa_ptr": "*fp32", "sb_ptr": "*fp32",
            "M": "i32", "N": "i32", "K": "i32", "stride_cm": "i32", "stride_cn": "constexpr",
            "stride_sam": "i32", "stride_sak": "i32", "stride_sbk": "i32", "stride_sbn": "i32"}
-    consts = dict(stride_cn=1, MODE=MODES[mode], HAS_BIAS=has_bias, FAST=False, STAGES=cfg.stages, SUBK=cfg.subk,
+    consts = dict(stride_cn=1, MODE=MODES[mode], HAS_BIAS=has_bias, STAGES=cfg.stages, SUBK=cfg.subk,
                   GROUP_M=cfg.group_m, CONSUMER_REGS=cfg.consumer_regs, PRODUCER_REGS=cfg.producer_regs,
                   EPI_OVERLAP=cfg.epi_overlap, SMEM_SCALES=ring, num_warps=4)
     for k in consts:

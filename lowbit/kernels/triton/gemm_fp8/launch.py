@@ -200,7 +200,7 @@ class FP8Gemm:
         b_desc = _ws.GluonDesc(bt, list(bt.shape), [bt.stride(0), 1], [cfg.block_n, _ws.BK],
                                _ws.smem_layout(cfg.block_n, _ws.BK))
         grid = (min(sm_count(a.device), -(-M // _ws.BM) * -(-N // cfg.block_n)),)
-        launch = Launch(_ws._fp8_gemm_ws_kernel, grid, MODE=_ws.MODES[mode], HAS_BIAS=bias is not None, FAST=False,
+        launch = Launch(_ws._fp8_gemm_ws_kernel, grid, MODE=_ws.MODES[mode], HAS_BIAS=bias is not None,
                         STAGES=cfg.stages, SUBK=cfg.subk, GROUP_M=cfg.group_m, CONSUMER_REGS=cfg.consumer_regs,
                         PRODUCER_REGS=cfg.producer_regs, EPI_OVERLAP=cfg.epi_overlap, SMEM_SCALES=ring, num_warps=4,
                         maxnreg=cfg.maxnreg)
