@@ -27,6 +27,12 @@ class Block:
         for v in (self.rows, self.cols):
             if not (v == -1 or (isinstance(v, int) and v > 0)):
                 raise ValueError(f"Block sizes are positive ints or -1 (whole dim), got {self}")
+        if self.rows != self.cols and "_t" not in self.__dict__:  # the transpose, built once with its pair
+            t = object.__new__(Block)
+            object.__setattr__(t, "rows", self.cols)
+            object.__setattr__(t, "cols", self.rows)
+            object.__setattr__(t, "_t", self)
+            object.__setattr__(self, "_t", t)
 
     @property
     def is_tensorwise(self) -> bool:
@@ -34,7 +40,7 @@ class Block:
 
     def t(self) -> "Block":
         """The block of the transposed tensor (itself when square: tensorwise, BxB)."""
-        return self if self.rows == self.cols else Block(self.cols, self.rows)
+        return self.__dict__.get("_t", self)
 
     def sizes(self, shape) -> tuple[int, int]:
         """Concrete (rows, cols) block sizes for data of this shape."""

@@ -130,7 +130,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
     x2 = x.reshape(-1, K)
     backend = effective_backend(backend, x.device.type)
     if state.kind == "fp4":
-        y = _FP4Linear.apply(x2, weight, bias, state.recipe_key, backend, state.seed, state.signs(), state.sr_step)
+        recipe = state.recipe_key if torch.compiler.is_compiling() else state.recipe  # eager: nothing to decode
+        y = _FP4Linear.apply(x2, weight, bias, recipe, backend, state.seed, state.signs(), state.sr_step)
     else:
         cold = state.cold_start()
         # the grad is primed by the backward of this step, which runs only if autograd records it

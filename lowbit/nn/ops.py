@@ -41,7 +41,7 @@ from ..dtypes.fp4_tensor import FP4Tensor
 from ..dtypes.fp8_tensor import FP8Tensor
 from ..kernels.api import quantize_fp4, quantize_fp8, quantize_fp8_t, scaled_mm
 from ..scaling.delayed import DelayedScalingState
-from ..scaling.recipes import NV, Delayed
+from ..scaling.recipes import NV, Delayed, Recipe
 from .spec import decode
 
 __all__ = ["fp8_linear_fwd", "fp8_linear_bwd", "fp4_linear_fwd", "fp4_linear_bwd", "fp8_forward", "fp8_backward",
@@ -166,8 +166,14 @@ def sr_generator(device: torch.device, seed: int, step: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed((seed * 1_000_003 + step) % (2 ** 63))
 
 
+def _recipe(r) -> Recipe:
+    """The recipe of an op call: its string under torch.compile (the op schema), the layer's recipe
+    object itself on the eager path (``functional.linear``), which then decodes nothing."""
+    return decode(r) if isinstance(r, str) else r
+
+
 def _fp4_fwd(x, w, bias, signs, recipe_s, backend, need_xt, need_wt):
-    recipe = decode(recipe_s)
+    recipe = _recipe(recipe_s)
     if _fake_mode(x, w):
         backend = "torch"
     qx = quantize_fp4(x, recipe, "input", backend=backend)
@@ -202,7 +208,7 @@ def _fp4_operand(q, s, g, recipe, role, dtype) -> FP4Tensor:
 
 def _fp4_bwd(g, xq, xs, xg, wq, ws, wg, signs, step, seed, recipe_s, backend, x_dtype, w_dtype,
              need_dx, need_dw):
-    recipe = decode(recipe_s)
+    recipe = _recipe(recipe_s)
     fake = _fake_mode(g)
     if fake:
         backend = "torch"

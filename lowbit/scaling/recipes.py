@@ -182,10 +182,11 @@ class Blockwise(FP8Recipe):
         for name, v in (("act", self.act), ("weight", self.weight)):
             if len(tuple(v)) != 2:
                 raise ValueError(f"Blockwise.{name} must be (rows, cols), got {v!r}")
-            Block(*v)  # ValueError unless each size is a positive int or -1
+        # ValueError unless each size is a positive int or -1; built once (granularity is on the hot path)
+        object.__setattr__(self, "_blocks", (Block(*self.act), Block(*self.weight)))
 
     def granularity(self, role):
-        return Block(*self.weight) if check_role(role) == "weight" else Block(*self.act)
+        return self._blocks[check_role(role) == "weight"]
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,7 @@ class MX(Recipe):
             raise ValueError(f"MX.scale_rule must be one of {MX_RULES}, got {self.scale_rule!r}")
         if self.block <= 0 or self.block % 2:
             raise ValueError(f"MX.block must be a positive even number, got {self.block}")
+        object.__setattr__(self, "_block", Block(1, self.block))  # built once: granularity is on the hot path
 
     @property
     def kind(self):
@@ -217,7 +219,7 @@ class MX(Recipe):
 
     def granularity(self, role):
         check_role(role)
-        return Block(1, self.block)
+        return self._block
 
     def scales(self, x, role, amax=None):
         """Power-of-two fp32 scales (E8M0 values), NaN for a block holding NaN."""
@@ -263,15 +265,16 @@ class NV(Recipe):
     def __post_init__(self):
         if self.block != 16:
             raise ValueError(f"NV blocks are 16 elements (UE4M3 scale range), got {self.block}")
+        # (activation / gradient block, weight block), built once: granularity is on the hot path
+        object.__setattr__(self, "_blocks", (Block(1, self.block),
+                                             Block(self.block, self.block) if self.weight_2d else Block(1, self.block)))
 
     def format(self, role):
         check_role(role)
         return get_format("e2m1")
 
     def granularity(self, role):
-        if check_role(role) == "weight" and self.weight_2d:
-            return Block(self.block, self.block)
-        return Block(1, self.block)
+        return self._blocks[check_role(role) == "weight"]
 
     def scales(self, x, role, amax=None):
         """(block scales as fp32 UE4M3 values, NaN for a NaN block; fp32 global scale)."""

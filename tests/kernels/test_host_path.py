@@ -15,25 +15,30 @@ stub, after a warm-up step (the plans made), is profiled with ``sys.setprofile``
 import dataclasses
 import sys
 
+import pytest
 import torch
 
 import lowbit
 from lowbit.kernels import BACKENDS
 from lowbit.kernels.triton import make_backend
 from lowbit.kernels.triton.runtime import Launch
-from lowbit.scaling.recipes import Delayed
+from lowbit.scaling.recipes import MX, NV, Blockwise, Current, Delayed, Rowwise
 
 CALL_BOUND = 320
+# NV-FP4 also seeds a stochastic-rounding generator a step, applies the Hadamard signs to the wgrad
+# operands and carries its saved operands as (codes, block scales, tensor scale) triples
+FP4_CALL_BOUND = 380
 
 
-def test_converted_linear_step_is_one_pass(monkeypatch):
+def _profiled_step(recipe, monkeypatch):
+    """(launches, calls, names, plan cache sizes before/after) of the third step of a converted
+    Linear on a CPU-registered Triton backend whose launches are recorded, not run."""
     be = dataclasses.replace(make_backend(name="triton-host-test", priority=-1), devices=("cpu",))
     BACKENDS.register(be)
     try:
         launches = []
         monkeypatch.setattr(Launch, "__call__", lambda self, *args: launches.append(self))
-        layer = lowbit.nn.Linear.from_float(torch.nn.Linear(256, 128).to(torch.bfloat16), Delayed(),
-                                            backend=be.name)
+        layer = lowbit.nn.Linear.from_float(torch.nn.Linear(256, 128).to(torch.bfloat16), recipe, backend=be.name)
         x = torch.randn(64, 256, dtype=torch.bfloat16, requires_grad=True)
         g = torch.randn(64, 128, dtype=torch.bfloat16)
 
@@ -42,7 +47,7 @@ def test_converted_linear_step_is_one_pass(monkeypatch):
         step()
         step()
         kernels = be.plan.__self__
-        caches = (kernels.fp8_casts._plans.plans, kernels.fp8_gemm._plans)
+        caches = (kernels.fp8_casts._plans.plans, kernels.fp8_gemm._plans, kernels.fp4_casts._plans.plans)
         sizes = [len(c) for c in caches]
         launches.clear()
         calls, names = [0], []
@@ -57,11 +62,31 @@ def test_converted_linear_step_is_one_pass(monkeypatch):
             step()
         finally:
             sys.setprofile(None)
-        assert [len(c) for c in caches] == sizes  # no new plan
-        assert len(launches) == 9, [type(lch.kernel).__name__ for lch in launches]
-        assert not [n for n in names if n[1] == "__init__" and isinstance(n[2], torch.nn.Module)]
-        assert not [n for n in names if n[1] == "__init__" and n[0] == "<string>"]  # dataclass constructors
-        assert not [n for n in names if (n[1] == "decode" and n[0].endswith("spec.py")) or "importlib" in n[0]]
-        assert calls[0] <= CALL_BOUND, calls[0]
+        return launches, calls[0], names, sizes, [len(c) for c in caches]
     finally:
         BACKENDS.backends.pop(be.name)
+
+
+def _no_construction_decoding_or_import(names):
+    assert not [n for n in names if n[1] == "__init__" and isinstance(n[2], torch.nn.Module)]
+    assert not [n for n in names if n[1] == "__init__" and n[0] == "<string>"]  # dataclass constructors
+    assert not [n for n in names if (n[1] == "decode" and n[0].endswith("spec.py")) or "importlib" in n[0]]
+
+
+def test_converted_linear_step_is_one_pass(monkeypatch):
+    launches, calls, names, before, after = _profiled_step(Delayed(), monkeypatch)
+    assert after == before  # no new plan
+    assert len(launches) == 9, [type(lch.kernel).__name__ for lch in launches]
+    _no_construction_decoding_or_import(names)
+    assert calls <= CALL_BOUND, calls
+
+
+@pytest.mark.parametrize("recipe", [Current(), Rowwise(), Blockwise(), MX(), NV()], ids=lambda r: type(r).__name__)
+def test_every_recipe_step_plans_once(recipe, monkeypatch):
+    """Every other recipe's eager step (FP4: the layer's recipe object handed to the ops) makes no
+    plan, builds no module or dataclass (blocks and their transposes are built with the recipe),
+    decodes and imports nothing, within the same call bound."""
+    launches, calls, names, before, after = _profiled_step(recipe, monkeypatch)
+    assert after == before and launches
+    _no_construction_decoding_or_import(names)
+    assert calls <= (FP4_CALL_BOUND if recipe.kind == "fp4" else CALL_BOUND), calls
