@@ -190,3 +190,19 @@ def write_json(out_dir: str, name: str, payload: dict) -> str:
     with open(path, "w") as f:
         json.dump(payload, f, indent=1, default=str)
     return path
+
+
+def lowbit_kernels(cast=None, gemm_fp8=None, gemm_fp4=None):
+    """The Triton kernels of a lowbit backend (``TritonKernels``: ``scaled_mm``, ``plan``, the four
+    families) built from tuning overrides, e.g. ``lowbit_kernels(gemm_fp8=dict(kernel="pointer"))``;
+    no overrides: the default backend's own (its plans and autotuners)."""
+    from lowbit.kernels.triton import TRITON_BACKEND, make_backend
+    from lowbit.kernels.triton.cast_fp8 import CAST_TUNING
+    from lowbit.kernels.triton.gemm_fp4 import GEMM_FP4_TUNING
+    from lowbit.kernels.triton.gemm_fp8 import GEMM_FP8_TUNING
+    if not (cast or gemm_fp8 or gemm_fp4):
+        return TRITON_BACKEND.plan.__self__
+    be = make_backend(cast_tuning=CAST_TUNING.override(**(cast or {})),
+                      gemm_fp8_tuning=GEMM_FP8_TUNING.override(**(gemm_fp8 or {})),
+                      gemm_fp4_tuning=GEMM_FP4_TUNING.override(**(gemm_fp4 or {})))
+    return be.plan.__self__

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from common import env_info, guarded, parse_args, print_table, write_json  # noqa: E402
+from common import append_results, env_info, guarded, parse_args, print_table, result_row, write_json  # noqa: E402
 
 LIMITS = {"fp8": 0.5, "fp8-current": 0.5, "fp8-block": 0.5, "mxfp8": 1.0, "nvfp4": 2.5}
 
@@ -138,6 +138,9 @@ def main():
     result["png"] = os.path.join(args.out, "demo_gpu_loss.png")
     result["png_writer"] = plot(result, result["png"])
     print("wrote", write_json(args.out, "demo_gpu", result), "and", result["png"])
+    append_results([result_row(result["env"], "demo GPT", f"{args.size} {steps} steps of {args.batch} sequences",
+                               v["format"], "final loss gap %", v["gap_pct"], "bf16, same seeds")
+                    for v in verdict if v["gap_pct"] is not None], args.out)
     print(f"total training time {time.time() - t_start:.0f}s")
     print_table(verdict, ["format", "final_loss", "final_std", "gap_pct", "gap_se_pct", "limit_pct", "pass", "error"])
     print(table(result))

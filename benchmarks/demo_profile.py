@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from common import env_info, guarded, parse_args, print_table, write_json  # noqa: E402
+from common import append_results, env_info, guarded, parse_args, print_table, result_row, write_json  # noqa: E402
 
 
 def _extra(p):
@@ -118,6 +118,9 @@ def main():
     for fmt in [f.strip() for f in args.formats.split(",") if f.strip()]:
         guarded(rows, fmt, lambda: one(fmt, args, rows, tune))
         write_json(args.out, "demo_profile", {"env": env_info(), "rows": rows})
+    env = env_info()
+    append_results([result_row(env, "demo GPT step", "50M 16x256 tokens", f"{r['variant']} {mode}", "ms", r[f"{mode}_ms"])
+                    for r in rows for mode in ("eager", "graph") if r.get(f"{mode}_ms")], args.out)
     print_table(rows, ["variant", "eager_ms", "eager_tok_s", "eager_retunes", "graph_ms", "graph_tok_s",
                        "graph_retunes", "captured", "graph_vs_eager_max_loss_diff", "graph_error", "error"])
     return 0

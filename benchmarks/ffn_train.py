@@ -13,8 +13,8 @@ records how many graphs inductor declined to capture, ``cudagraph_skips``, with 
 the log).
 
 ``fmt+precise``: the recipe with ``fast_accum_fwd=False`` (FP32 promotion in the forward GEMM too).
-``fmt@triton``: the FP8 GEMMs on the plain-Triton kernels only (backend ``triton-triton``, built
-with ``make_backend(gemm_variant="triton")``), not the promoting Gluon kernel: the A/B of it.
+``fmt@tma``: the FP8 GEMMs on the plain-Triton TMA kernel only (backend ``triton-tma``, built
+with a backend whose ``GemmFP8Tuning.kernel`` is "tma"), not the promoting Gluon kernel: the A/B of it.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from common import bench_ms, env_info, guarded, parse_args, print_table, write_json  # noqa: E402
+from common import append_results, bench_ms, env_info, guarded, parse_args, print_table, result_row, write_json  # noqa: E402
 
 
 class SwiGLU(nn.Module):
@@ -57,11 +57,13 @@ def make_variant(base: nn.Module, name: str) -> nn.Module:
     spec, _, gemm_variant = name.split("lowbit-", 1)[1].partition("@")
     fmt, _, mode = spec.partition("+")
     backend = "auto"
-    if gemm_variant:
+    if gemm_variant:  # a GEMM kernel forced: "tma", "pointer" or "ws" (GemmFP8Tuning.kernel)
         from lowbit.kernels import BACKENDS
-        from lowbit.kernels.triton_backend import make_backend
+        from lowbit.kernels.triton import make_backend
+        from lowbit.kernels.triton.gemm_fp8 import GEMM_FP8_TUNING
         backend = f"triton-{gemm_variant}"
-        BACKENDS.register(make_backend(backend, priority=0, gemm_variant=gemm_variant))
+        BACKENDS.register(make_backend(backend, priority=0,
+                                       gemm_fp8_tuning=GEMM_FP8_TUNING.override(kernel=gemm_variant)))
     recipe = None
     if mode == "precise":  # promote in the forward GEMM too (default: fast forward accumulation)
         from lowbit.convert import recipe_for
@@ -90,7 +92,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def main():
     def extra(p):
-        p.add_argument("--formats", default="fp8,fp8@triton,fp8+precise,fp8-current,fp8-block,fp8-block@triton,"
+        p.add_argument("--formats", default="fp8,fp8@tma,fp8+precise,fp8-current,fp8-block,fp8-block@tma,"
                                             "fp8-rowwise")
         p.add_argument("--modes", default="eager,compiled")
         p.add_argument("--torchao", default="tensorwise,rowwise", help="torchao recipes to measure (if installed)")
@@ -176,6 +178,8 @@ def main():
     env = env_info()
     env["shape"] = f"tokens={tokens} d={d} hidden={h} SwiGLU fwd+bwd"
     write_json(args.out, "ffn_train", {"env": env, "rows": rows})
+    append_results([result_row(env, "ffn_train", env["shape"], f"{r['variant']} {r['mode']}", "ms", r["ms"],
+                               f"bf16 {r['mode']}", r.get("speedup_vs_bf16")) for r in rows if "ms" in r], args.out)
     print(env)
     print_table(rows, ["variant", "mode", "ms", "tflops", "speedup_vs_bf16", "rel_err_y", "rel_err_dx",
                        "rel_err_dx_last", "first_step_s", "graph_breaks", "cudagraph_skips", "error"])

@@ -5,8 +5,7 @@
 Correctness first, on the GPU: every variant's output (poisoned with NaN beforehand, so an element
 never written shows) is checked elementwise against float64 of the dequantized weight times the
 activations, within ``gamma_(K+3) |X||W| + u_bf16 |ref|`` (fp32 accumulation, bf16 output), and
-the normwise relative error is recorded; REDUCE 1 (second kernel) and 2 (last-arriving fixup)
-must agree bit for bit, and the tile counters must be zero afterwards. A variant failing its
+the normwise relative error is recorded, and the tile counters must be zero afterwards. A variant failing its
 check is reported and not timed.
 
 Timing: the calls are captured in a CUDA graph cycling through several weight copies (>= 200 MB in
@@ -17,15 +16,11 @@ alike. ``GB/s`` = bytes of the FP4 weight (codes + scales) / time; ratio = bf16 
 what launches cost).
 
 Rows: M in {1, 16, 64, 128} at N = K = 8192 (autotuned, and A/B variants: see ``_v`` for the
-names: the decode (``decode0`` = the call-2 kernel, default 1, ``decode2``), one dot per K step or
-per slot (``slots``), tiles, warps, stages, split-K, the reduction; ``AB_M16_LEVERS``: mma.sync
-configurations, rows ending `` HMMA``, 256 x 64 wgmma tiles with 4 independent chains, two
-accumulators ``accs2``), 16x14336x4096 and
+names: tiles, warps, stages, split-K, the scales' prefetch), 16x14336x4096 and
 16x4096x14336; NV with 16x16 weight blocks (the NV() default), then NV 1x16 and MX 1x32 at M = 16.
 Two probes at M = 16 (results checked like the others): ``| probe: L2-resident weight`` (the same
 calls on one weight copy) and ``BLOCK_M32 probe`` (twice the MMA work, the same decode). A time
-budget (default 150 s) skips what is left, saying so (~1-1.5 min on an H200 in call 2's setup;
-compiles dominate; ``--quick`` with the levers: give it ~300 s). ``--cpu-smoke`` runs the script under TRITON_INTERPRET=1 on tiny shapes.
+budget (default 150 s) skips what is left, saying so (~1-1.5 min on an H200; compiles dominate). ``--cpu-smoke`` runs the script under TRITON_INTERPRET=1 on tiny shapes.
 Prints the chosen autotune configurations and the table last; JSON to DIR/fp4_weight_only.json.
 """
 from __future__ import annotations
@@ -40,7 +35,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from benchmarks.common import env_info, guarded, kernel_profile, parse_args, print_table, write_json  # noqa: E402
+from benchmarks.common import append_results, env_info, guarded, kernel_profile, parse_args, print_table, \
+    result_row, write_json  # noqa: E402
 from benchmarks.common import graph_ms as common_graph_ms  # noqa: E402
 
 ROTATE_BYTES = 200e6
@@ -48,66 +44,34 @@ U_BF16 = 2.0 ** -8
 DEV = "cuda"  # "cpu" only for --cpu-smoke (TRITON_INTERPRET=1, tiny shapes, timings meaningless)
 
 
-def _v(bn, bk, split, warps, stages, reduce=2, pipe=True, bm=None, decode=None, slots=False, l2=False, probe=False,
-       accs=1, maxnreg=None):
-    """(row name, config) of one A/B variant. Names: ``BLOCK_NxBLOCK_K wWARPS sSTAGES splitS`` then
-    ``decode0`` / ``decode2`` (DECODE, default 1), ``slots`` (SLOT_DOTS: one dot per slot),
-    ``2-kernel`` (REDUCE 1), ``hand-prefetch``, ``accs2`` (ACCS 2: two accumulators), ``BLOCK_M64``
-    etc., and `` HMMA`` where the configuration compiles to mma.sync (1-2 warps: Triton's MMAv2)
-    rather than wgmma; ``maxnreg``: a register cap (default 128 at >= 256 rows; ``maxnreg=0``: none,
-    named ``maxnregoff``, the autotuned 256 x 64); ``BLOCK_M32 probe`` (``probe``:
-    MMA N = 32 at M = 16, the same HGMMA count and decode, twice the MMA work: if the tensor-core
-    chains bound the kernel it is ~1.5x slower, if the decode does ~1x). ``l2``: also time it with
-    one weight copy (an L2-resident probe: how much of the time is HBM)."""
+def _v(bn, bk, split, warps, stages, pipe=True, bm=None, l2=False, probe=False, maxnreg=None):
+    """(row name, config) of one A/B variant (``FP4Gemm._with_config``). Names: ``BLOCK_NxBLOCK_K
+    wWARPS sSTAGES splitS`` then ``hand-prefetch`` (PIPE_SCALES off), ``BLOCK_M64`` etc.,
+    ``maxnreg``: a register cap (default 128 at >= 256 rows; ``maxnreg=0``: none, named
+    ``maxnregoff``); ``BLOCK_M32 probe`` (``probe``: MMA N = 32 at M = 16, the same HGMMA count and
+    decode, twice the MMA work: if the tensor-core chains bound the kernel it is ~1.5x slower, if
+    the decode does ~1x). ``l2``: also time it with one weight copy (an L2-resident probe: how
+    much of the time is HBM)."""
     cfg = dict(BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=warps, num_stages=stages)
-    if split > 1:
-        cfg["REDUCE"] = reduce
     if not pipe:
         cfg["PIPE_SCALES"] = False
     if bm:
         cfg["BLOCK_M"] = bm
-    if decode is not None:
-        cfg["DECODE"] = decode
-    if accs != 1:
-        cfg["ACCS"] = accs
-    if slots:
-        cfg["SLOT_DOTS"] = True  # 80 registers at 256 x 128: no cap (a cap of 128 makes ptxas use 128)
-    elif maxnreg or (maxnreg is None and bn >= 256):
+    if maxnreg or (maxnreg is None and bn >= 256):
         cfg["maxnreg"] = maxnreg or 128  # 256 rows: 2 CTAs a SM at 8 warps (as the autotuned configuration)
-    name = f"{bn}x{bk} w{warps} s{stages} split{split}" + (f" decode{decode}" if decode is not None else "") + \
-        (" slots" if slots else "") + (f" accs{accs}" if accs != 1 else "") + \
-        (" 2-kernel" if split > 1 and reduce == 1 else "") + ("" if pipe else " hand-prefetch") + \
+    name = f"{bn}x{bk} w{warps} s{stages} split{split}" + ("" if pipe else " hand-prefetch") + \
         (f" BLOCK_M{bm}" if bm else "") + (f" maxnreg{maxnreg or 'off'}" if maxnreg is not None else "") + \
-        (" HMMA" if warps < 4 else "") + (" probe" if probe else "")
+        (" probe" if probe else "")
     return name, cfg, l2
 
 
-# A/B at M = 16, N = K = 8192 (NV 16x16): which default to pick. The call-2 kernel is "decode0".
-AB_M16 = [_v(256, 128, 8, 8, 3, decode=0), _v(256, 128, 8, 8, 3, l2=True), _v(256, 128, 8, 8, 3, decode=2),
-          _v(256, 128, 8, 8, 3, reduce=1), _v(256, 128, 8, 8, 4),
-          _v(128, 128, 8, 4, 4), _v(128, 128, 8, 4, 4, decode=2),
-          _v(256, 128, 8, 8, 3, slots=True, l2=True), _v(256, 128, 8, 8, 3, slots=True, decode=2),
-          _v(256, 128, 12, 8, 3, slots=True), _v(256, 128, 12, 8, 4, slots=True, decode=2),
-          _v(128, 128, 8, 4, 4, slots=True), _v(128, 128, 8, 4, 4, slots=True, decode=2),
-          _v(256, 128, 8, 8, 3, bm=32, probe=True), _v(256, 128, 8, 8, 3, slots=True, bm=32, probe=True),
-          _v(128, 128, 4, 8, 4), _v(64, 128, 4, 4, 4)]
-# Levers against the wgmma chains (static costs in fp4_weight_only's docstring): mma.sync (1-2 warps,
-# BLOCK_K 256, its layout needs no shared-memory round trip), 4 independent m64 chains a wait
-# (256 x 64, one warpgroup), two accumulators (ACCS 2; Triton still waits after each dot).
-AB_M16_LEVERS = [_v(64, 256, 4, 2, 3, decode=2), _v(64, 256, 8, 2, 3, decode=2), _v(64, 256, 6, 2, 3, decode=2),
-                 _v(64, 256, 4, 2, 3), _v(32, 256, 4, 2, 3, decode=2), _v(128, 256, 8, 2, 3, decode=2),
-                 _v(128, 256, 4, 2, 3, decode=2), _v(32, 256, 4, 1, 3, decode=2), _v(64, 256, 4, 2, 3, decode=2, bm=32, probe=True),
-                 _v(256, 64, 8, 4, 4, l2=True), _v(256, 64, 8, 4, 4, maxnreg=0), _v(256, 64, 8, 4, 4, decode=2),
-                 _v(256, 64, 8, 4, 6, decode=2),
-                 _v(512, 64, 16, 8, 4, decode=2),
-                 _v(256, 128, 8, 8, 3, accs=2), _v(128, 128, 8, 4, 4, accs=2)]
-AB_M16 = AB_M16 + AB_M16_LEVERS
-AB_M1 = [_v(256, 128, 8, 8, 3, decode=0), _v(256, 128, 8, 8, 3), _v(256, 128, 8, 8, 3, slots=True),
-         _v(128, 128, 8, 4, 4, slots=True), _v(64, 256, 4, 2, 3, decode=2), _v(256, 64, 8, 4, 4)]
-AB_SMALL = [_v(256, 128, 8, 8, 3), _v(256, 128, 8, 8, 3, slots=True), _v(128, 128, 8, 4, 4, slots=True),
-            _v(64, 256, 4, 2, 3, decode=2), _v(256, 64, 8, 4, 4)]
-AB_M = {64: [_v(128, 128, 4, 8, 3, bm=64), _v(128, 128, 4, 8, 3, bm=64, slots=True)],
-        128: [_v(128, 128, 2, 8, 3, bm=128), _v(128, 128, 2, 8, 3, bm=128, slots=True)]}
+# A/B at M = 16, N = K = 8192 (NV 16x16)
+AB_M16 = [_v(256, 128, 8, 8, 3, l2=True), _v(256, 128, 8, 8, 4), _v(128, 128, 8, 4, 4), _v(256, 128, 8, 8, 3, bm=32, probe=True),
+          _v(128, 128, 4, 8, 4), _v(64, 128, 4, 4, 4), _v(256, 64, 8, 4, 4, l2=True), _v(256, 64, 8, 4, 4, maxnreg=0),
+          _v(256, 128, 8, 8, 3, pipe=False)]
+AB_M1 = [_v(256, 128, 8, 8, 3), _v(256, 64, 8, 4, 4)]
+AB_SMALL = [_v(256, 128, 8, 8, 3), _v(256, 64, 8, 4, 4)]
+AB_M = {64: [_v(128, 128, 4, 8, 3, bm=64)], 128: [_v(128, 128, 2, 8, 3, bm=128)]}
 
 
 def _weights(N, K, recipe, n):
@@ -166,8 +130,9 @@ class Run:
 
 
 def bench_shape(run, M, N, K, kinds, variants):
-    from lowbit.kernels import fp4_weight_only as wo
+    from benchmarks.common import lowbit_kernels
     from lowbit.scaling import MX, NV
+    k = lowbit_kernels()
 
     shape = f"{M}x{N}x{K}"
     g = torch.Generator(device=DEV).manual_seed(1)
@@ -199,12 +164,12 @@ def bench_shape(run, M, N, K, kinds, variants):
                 continue
 
             def one(name=name, cfg=cfg, l2=l2):
-                call = (lambda b: wo.fp4_weight_only_mm(x, b, torch.bfloat16)) if cfg is None else \
-                    (lambda b: wo.fp4_weight_only_mm(x, b, torch.bfloat16, config=cfg))
+                call = (lambda b: k.scaled_mm(x, b, torch.bfloat16)) if cfg is None else \
+                    (lambda b: k.fp4_gemm._with_config(x, b, torch.bfloat16, None, dict(BLOCK_M=16, **cfg)))
                 ok, rel, note = check(x, b0, ref, bound, lambda: call(b0))
                 outs[name] = call(b0)
                 row = dict(shape=shape, kind=kind, variant=name, err_f64=rel, note=note,
-                           config=cfg or wo.wo_last_config())
+                           config=cfg or k.fp4_gemm.last_config())
                 if ok:
                     ms = graph_ms([lambda b=b: call(b) for b in bs])
                     row.update(ms=ms, gbps=wbytes / ms / 1e6, anchor_ms=bf16_ms, ratio=bf16_ms / ms,
@@ -215,17 +180,10 @@ def bench_shape(run, M, N, K, kinds, variants):
                     run.rows.append(dict(shape=shape, kind=kind, variant=f"{name} | probe: L2-resident weight",
                                          ms=ms, gbps=wbytes / ms / 1e6, ratio=bf16_ms / ms, config=row["config"]))
             guarded(run.rows, f"{shape} {kind} {name}", one)
-        # the two reductions: same bits; counters left zero
-        two = [n for n in outs if "2-kernel" in n]
-        if two:
-            fix = two[0].replace(" 2-kernel", "")
-            if fix in outs:
-                run.rows.append(dict(shape=shape, kind=kind, variant="check: 2-kernel == fixup (bitwise)",
-                                     note=str(torch.equal(outs[two[0]], outs[fix]))))
         if DEV == "cuda":
             torch.cuda.synchronize()
         run.rows.append(dict(shape=shape, kind=kind, variant="check: tile counters zero after",
-                             note=str(all(int(v.abs().sum()) == 0 for v in wo.TILE_COUNTERS.buffers.values()))))
+                             note=str(all(int(v.abs().sum()) == 0 for v in k.fp4_gemm.counters.buffers.values()))))
         bs = b0 = W = ref = bound = outs = None
         if DEV == "cuda":
             torch.cuda.empty_cache()
@@ -245,7 +203,6 @@ def main():
         print("benchmarks/fp4_weight_only.py needs a CUDA GPU; none found (nothing was measured).")
         write_json(args.out, "fp4_weight_only", {"env": info, "error": "no CUDA GPU"})
         return
-    from lowbit.kernels import fp4_weight_only as wo
     run = Run(args.budget)
     nv = ["nvfp4 16x16"]
     plan = [((16, 8192, 8192), nv, AB_M16), ((1, 8192, 8192), nv, AB_M1),
@@ -253,18 +210,21 @@ def main():
             ((16, 14336, 4096), nv, AB_SMALL), ((16, 4096, 14336), nv, AB_SMALL),
             ((16, 8192, 8192), ["nvfp4 1x16", "mxfp4 1x32"], AB_SMALL)]  # in order of importance
     if args.quick:
-        plan = [((16, 8192, 8192), nv, AB_M16[:9] + AB_M16_LEVERS)]
+        plan = [((16, 8192, 8192), nv, AB_M16[:4])]
     if args.cpu_smoke:
-        plan = [((16, 128, 1024), nv + ["mxfp4 1x32"], AB_M16[:4] + AB_M16[7:8] + AB_M16[13:14] + AB_M16_LEVERS[:1]
-                 + AB_M16_LEVERS[-2:-1]),
+        plan = [((16, 128, 1024), nv + ["mxfp4 1x32"], AB_M16[:3] + AB_M16[-1:]),
                 ((3, 64, 256), nv, AB_SMALL[:1])]
     for (M, N, K), kinds, variants in plan:
         if run.left() <= 0:
             run.rows.append(dict(shape=f"{M}x{N}x{K}", note="skipped: time budget"))
             continue
         guarded(run.rows, f"{M}x{N}x{K}", lambda: bench_shape(run, M, N, K, kinds, variants))
-    payload = dict(env=info, rows=run.rows, configs=wo.wo_last_config(), wall_s=time.time() - run.t0)
+    from benchmarks.common import lowbit_kernels
+    payload = dict(env=info, rows=run.rows, configs=lowbit_kernels().fp4_gemm.last_config(), wall_s=time.time() - run.t0)
     path = write_json(args.out, "fp4_weight_only", payload)
+    append_results([result_row(info, "fp4_weight_only", r["shape"], f"{r.get('kind')} {r['variant']}", "ms", r["ms"],
+                               "cuBLAS bf16 torch.mm" if r.get("ratio") is not None else "", r.get("ratio"))
+                    for r in run.rows if r.get("ms") and r.get("shape")], args.out)
     print("\nenv:", {k: info.get(k) for k in ("gpu", "torch", "triton", "date")})
     print("\nautotuned configurations (tuning key -> config):")
     for k, v in payload["configs"].items():

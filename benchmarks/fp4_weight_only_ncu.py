@@ -4,7 +4,7 @@
         --section SpeedOfLight --section WarpStateStats --section Occupancy \\
         python3 benchmarks/fp4_weight_only_ncu.py [--shape 16x8192x8192]
 
-Runs ``fp4_weight_only_mm`` (its default configuration at M <= 16) ``--calls`` times on an NVFP4
+Runs the weight-only GEMM (``scaled_mm``, its default configuration at M <= 16) ``--calls`` times on an NVFP4
 (16x16 blocks) weight of ``randn * 0.02``.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lowbit.dtypes import FP4Tensor  # noqa: E402
-from lowbit.kernels import fp4_weight_only as wo  # noqa: E402
+from lowbit.kernels import scaled_mm  # noqa: E402
 from lowbit.scaling import NV  # noqa: E402
 
 
@@ -31,7 +31,7 @@ def main():
     x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
     b = FP4Tensor.from_float((torch.randn(N, K, device="cuda") * 0.02).to(torch.bfloat16), NV(), "weight").t()
     for _ in range(args.calls):
-        wo.fp4_weight_only_mm(x, b, torch.bfloat16)
+        scaled_mm(x, b, torch.bfloat16)
     torch.cuda.synchronize()
     print("done")
 

@@ -35,7 +35,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from benchmarks.common import bench_ms, env_info, graph_ms, guarded, parse_args, print_table, write_json  # noqa: E402
+from benchmarks.common import append_results, bench_ms, env_info, graph_ms, guarded, parse_args, print_table, \
+    result_row, write_json  # noqa: E402
 
 # in order of importance: a run out of time budget skips the tail, saying so
 SHAPES = [(8192, 8192, 8192), (16, 8192, 8192), (4096, 4096, 4096), (16384, 14336, 4096),
@@ -153,8 +154,11 @@ def blockwise_anchor(a, b):
 
 def bench_shape(run, M, N, K):
     from lowbit.dtypes import FP4Tensor, FP8Tensor
-    from lowbit.kernels.fp4_gemm import fp4_scaled_mm, fp4_weight_only_mm
-    from lowbit.kernels.gemm import fp8_scaled_mm
+    from benchmarks.common import lowbit_kernels
+    k, pointer, portable = (lowbit_kernels(), lowbit_kernels(gemm_fp8=dict(kernel="pointer")),
+                            lowbit_kernels(gemm_fp4=dict(ptx_decode=False)))
+    fp8_scaled_mm = lambda a, b, od, fast_accum=False, kk=k: kk.scaled_mm(a, b, od, None, fast_accum=fast_accum)  # noqa: E731
+    fp4_scaled_mm = lambda a, b, od, kk=k: kk.scaled_mm(a, b, od, None)  # noqa: E731
     from lowbit.scaling import MX, NV, Blockwise, Current, Rowwise
 
     shape = f"{M}x{N}x{K}"
@@ -197,7 +201,7 @@ def bench_shape(run, M, N, K):
         if (M, N, K) == (8192, 8192, 8192) and rname == "tensorwise":  # the non-TMA kernel, for the record
             guarded(run.rows, f"{shape} pointer", lambda: run.add(
                 shape, "lowbit tensorwise (pointer kernel)", M, N, K,
-                [lambda: fp8_scaled_mm(a, bs[0], torch.bfloat16, variant="pointer")], ref, anchors.get(False)))
+                [lambda: fp8_scaled_mm(a, bs[0], torch.bfloat16, kk=pointer)], ref, anchors.get(False)))
         a = bs = ref = anchors = None  # free before the next recipe
         _empty_cache()
 
@@ -214,7 +218,7 @@ def bench_shape(run, M, N, K):
             if kind == "nvfp4" and not run.checked_nv and DEV == "cuda":  # PTX decode vs portable, bitwise
                 run.checked_nv = True  # once: the portable kernel is autotuned anew
                 same = torch.equal(fp4_scaled_mm(a, bs[0], torch.bfloat16),
-                                   fp4_scaled_mm(a, bs[0], torch.bfloat16, fast_dequant=False))
+                                   fp4_scaled_mm(a, bs[0], torch.bfloat16, kk=portable))
                 note = f"asm==portable: {same}"
             run.add(shape, f"lowbit {kind} x {kind}", M, N, K,
                     [lambda b=b: fp4_scaled_mm(a, b, torch.bfloat16) for b in bs],
@@ -224,11 +228,11 @@ def bench_shape(run, M, N, K):
             def wo(kind=kind):
                 note = ""
                 if DEV == "cuda":  # same configuration, PTX decode vs portable decode, bit for bit
-                    same = torch.equal(fp4_weight_only_mm(x, bs[0], torch.bfloat16, fast_dequant=True, split_k=4),
-                                       fp4_weight_only_mm(x, bs[0], torch.bfloat16, fast_dequant=False, split_k=4))
+                    same = torch.equal(fp4_scaled_mm(x, bs[0], torch.bfloat16),
+                                       fp4_scaled_mm(x, bs[0], torch.bfloat16, kk=portable))
                     note = f"asm==portable: {same}"
                 run.add(shape, f"lowbit weight-only {kind}", M, N, K,
-                        [lambda b=b: fp4_weight_only_mm(x, b, torch.bfloat16) for b in bs],
+                        [lambda b=b: fp4_scaled_mm(x, b, torch.bfloat16) for b in bs],
                         x.double() @ bref, bf16_anchor, note=note)
             guarded(run.rows, f"{shape} weight-only {kind}", wo)
         bs = bref = None
@@ -245,7 +249,9 @@ def _equal_blocks(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 def accumulation(run, out: dict):
     """Blockwise GEMM at K = 16384: error with promotion per 128-K chunk vs one long accumulation."""
     from lowbit.dtypes import FP8Tensor
-    from lowbit.kernels.gemm import fp8_scaled_mm
+    from benchmarks.common import lowbit_kernels
+    k = lowbit_kernels()
+    fp8_scaled_mm = lambda a, b, od, fast_accum=False: k.scaled_mm(a, b, od, None, fast_accum=fast_accum)  # noqa: E731
     from lowbit.scaling import Blockwise, Current
 
     M = N = 1024 if DEV == "cuda" else 128
@@ -296,8 +302,8 @@ def main():
         print("benchmarks/gemm.py needs a CUDA GPU; none found (nothing was measured).")
         write_json(args.out, "gemm", {"env": info, "error": "no CUDA GPU"})
         return
-    import lowbit.kernels.fp4_gemm as fp4_gemm
-    import lowbit.kernels.gemm as gemm
+    from benchmarks.common import lowbit_kernels
+    kernels = lowbit_kernels()
     run = Run(args.budget)
     payload = {"env": info}
     guarded(run.rows, "accumulation", lambda: accumulation(run, payload))
@@ -305,9 +311,11 @@ def main():
         if not run.skip(f"{M}x{N}x{K}", "all"):
             guarded(run.rows, f"{M}x{N}x{K}", lambda: bench_shape(run, M, N, K))
         _empty_cache()
-    payload.update(rows=run.rows, configs={**gemm.last_config(), **fp4_gemm.last_config()},
+    payload.update(rows=run.rows, configs={**kernels.fp8_gemm.last_config(), **kernels.fp4_gemm.last_config()},
                    wall_s=time.time() - run.t0)
     path = write_json(args.out, "gemm", payload)
+    append_results([result_row(info, "gemm", r["shape"], r["variant"], "ms", r["ms"], r.get("anchor", ""), r.get("ratio"))
+                    for r in run.rows if "ms" in r and "shape" in r], args.out)
 
     print("\nenv:", {k: info.get(k) for k in ("gpu", "torch", "triton", "date")})
     print("\nautotuned configurations (kernel, tuning key -> config):")

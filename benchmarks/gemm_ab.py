@@ -29,17 +29,42 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from benchmarks.common import bench_ms, env_info, graph_ms, guarded, parse_args, print_table, write_json  # noqa: E402
+from benchmarks.common import append_results, bench_ms, env_info, graph_ms, guarded, parse_args, print_table, \
+    result_row, write_json  # noqa: E402
 
-CONFIGS = ("ws_s3_g16", "ws_s3_g16_eo", "ws_s3")
+CONFIGS = ("ws_s3_g16_eo", "ws_s3")
 MODES = ("tensorwise", "rowwise", "blockwise")
 SHAPES = ((8192, 8192, 8192), (16384, 14336, 4096), (4096, 4096, 4096))
+
+
+def operands(mode, M, N, K, seed, device="cuda"):
+    """FP8 operands of a mode's GEMM (blockwise_cols, wgrad's: B quantized 1x128 along K like A,
+    i.e. 128x1 blocks of (K, N))."""
+    from lowbit.dtypes import FP8Tensor
+    from lowbit.scaling import Blockwise, Current, Rowwise
+    recipe = {"tensorwise": Current(), "rowwise": Rowwise(), "blockwise": Blockwise(), "blockwise_cols": Blockwise()}[mode]
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(M, K, device=device, generator=g)
+    w = torch.randn(N, K, device=device, generator=g) * 0.05
+    a = FP8Tensor.from_float(x, recipe, "input")
+    b = FP8Tensor.from_float(w, recipe, "input" if mode == "blockwise_cols" else "weight").t()
+    return a, b
+
+
+def ws_variant(name):
+    """``fn(a, b, bias)`` of the warp-specialized kernel in configuration ``name`` (``WS_CONFIGS``)
+    for every output size and mode, through a backend of its own."""
+    from benchmarks.common import lowbit_kernels
+    from lowbit.kernels.triton.gemm_fp8 import WS_CONFIGS
+    c = WS_CONFIGS[name]
+    k = lowbit_kernels(gemm_fp8=dict(kernel="ws", ws_small=c, ws_small_blockwise=c, ws_large_scaled=c,
+                                     ws_large_blockwise=c, ws_large_cols=c))
+    return lambda a, b, bias: k.scaled_mm(a, b, torch.bfloat16, bias)
 
 
 def variants(mode, a, b, configs, bias=None):
     """[(name, fn)] with the anchor first (``bias``: tensorwise and rowwise only, every variant)."""
     from benchmarks.gemm import blockwise_anchor
-    from lowbit.kernels import gemm_gluon as gg
     bf = torch.bfloat16
     out = None
     if mode == "blockwise":
@@ -56,13 +81,12 @@ def variants(mode, a, b, configs, bias=None):
     if out is None:
         out = [("cuBLAS precise", lambda: torch._scaled_mm(a._data, b._data, a._scale, b._scale, bias=bias,
                                                            out_dtype=bf))]
-    return out + [(f"gluon {c}", lambda c=c: gg.gluon_fp8_scaled_mm(a, b, bf, bias=bias, config=c)) for c in configs]
+    return out + [(f"gluon {c}", lambda f=ws_variant(c): f(a, b, bias)) for c in configs]
 
 
 def ab_shape(rows, M, N, K, mode, configs, rounds, with_bias=False, graph=False):
-    from benchmarks.gemm_gluon import _operands
     shape = f"{M}x{N}x{K}" + (" +bias" if with_bias else "")
-    a, b = _operands(mode, M, N, K, seed=7)
+    a, b = operands(mode, M, N, K, seed=7)
     bias = torch.randn(N, device="cuda").to(torch.bfloat16) if with_bias else None
     vs = variants(mode, a, b, configs, bias)
     ref = anchor_out = None
@@ -97,7 +121,7 @@ def ab_shape(rows, M, N, K, mode, configs, rounds, with_bias=False, graph=False)
 
 def main():
     def extra(p):
-        p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated gemm_gluon_ws configurations")
+        p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated WS_CONFIGS names (lowbit.kernels.triton.gemm_fp8)")
         p.add_argument("--modes", default=",".join(MODES))
         p.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
         p.add_argument("--rounds", type=int, default=7)
@@ -120,6 +144,8 @@ def main():
                                                                  args.graph))
             print(f"  {shape} {mode} done ({time.time() - t0:.0f} s)", flush=True)
     path = write_json(args.out, args.name, dict(env=info, rows=rows, wall_s=time.time() - t0))
+    append_results([result_row(info, f"gemm_ab {r['mode']}", r["shape"], r["variant"], "ms", r["ms"], "first variant of the round",
+                               r.get("ratio")) for r in rows if "ms" in r], args.out)
     print("\nenv:", {k: info.get(k) for k in ("gpu", "torch", "triton", "date")}, f"\nJSON: {path}\n")
     print_table(rows, ["shape", "mode", "variant", "ms", "tflops", "ratio", "spread", "note", "error"])
 

@@ -21,23 +21,28 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.gemm_ab import variants  # noqa: E402
-from benchmarks.gemm_gluon import _operands  # noqa: E402
-from lowbit.kernels.gemm_gluon_ws import promote_config  # noqa: E402
+from benchmarks.gemm_ab import operands, variants  # noqa: E402
+from lowbit.kernels.triton.gemm_fp8 import GEMM_FP8_TUNING, WS_CONFIGS  # noqa: E402
+
+
+def promote_config(M, N, mode):
+    """The name of the configuration the dispatcher gives an (M, N) output in ``mode``."""
+    cfg = GEMM_FP8_TUNING.ws_config(M, N, mode)
+    return next(n for n, c in WS_CONFIGS.items() if c == cfg)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="8192x8192x8192")
     p.add_argument("--modes", default="tensorwise,blockwise,blockwise_cols")
-    p.add_argument("--configs", default="", help="gemm_gluon_ws configurations (default: promote_config's)")
+    p.add_argument("--configs", default="", help="WS_CONFIGS names (default: the dispatcher's)")
     args = p.parse_args()
     M, N, K = (int(n) for n in args.shape.split("x"))
     cudart = torch.cuda.cudart()
     order = []
     for mode in args.modes.split(","):
         configs = [c for c in args.configs.split(",") if c] or [promote_config(M, N, mode)]
-        a, b = _operands(mode, M, N, K, seed=7)
+        a, b = operands(mode, M, N, K, seed=7)
         for name, fn in variants(mode, a, b, configs):
             for _ in range(3):
                 fn()

@@ -26,21 +26,12 @@ every output written once (what the op must move); ``%moved kern`` counts what t
 stochastic rounding also writes and reads the uniforms; one-pass rowwise's L2 re-read not counted).
 Goal (issue 4): >= 80% of copy.
 
-``--sweep``: the levers of ``lowbit.kernels.quantize_policy`` on the first shape, one row per
-lever set and variant, named ``variant (label)``, bit-exact check first (a row that is not exact is
-not timed), graph and kernel figures only; rows that would run past ``--budget`` seconds (whole
-run) are skipped and listed. Labels, in order (``sweep_rows``): ``session-3 defaults`` (plain encode,
-one chunk, 16-warp flat walks: the defaults before the session-4 sweep), ``lean`` / ``lean+nan`` (the lean
-float8 encode; +nan: ``cvt_handles_nan``), ``lean+nan best`` (with 16/thread, chunks 4, current
-slots), ``chunks N`` / ``chunks 4+lean+nan`` (block casts, N chunks a program), ``16/thread``,
-``8w 16/thread``, ``prefetch``, ``16/thread prefetch`` (each on top of lean+nan), ``atomic amax``
-(delayed: the zero-fill + atomic of before), ``current slots``, ``progs/SM N`` (on top of
-lean+nan), ``div.rn``, ``cvt saturates``, ``blocks fast div``, ``tile N``, ``T RxC wW [prefetch]``
-(the grid-stride transposing tensorwise cast: tile, warps, prefetch), ``T one read ...`` (the
-one-read one: off, tile, registers), ``cols T ...`` (the split 1xBC / rowwise transposing casts:
-not split, walk order, column-kernel tiles, warps, registers), ``T sweep ...`` / ``rowwise T sweep
-...`` / ``square T ...`` (the sweep kernels). ``--sweep-only A,B``: only the rows
-whose label starts with one of these ("_" for a space). Prints a table last
+``--sweep``: the fields of the cast tuning table (``CastTuning.override``, ``sweep_rows``) on the
+first shape, one row per override and variant, named ``variant (label)``, each through its own
+backend (``make_backend(cast_tuning=...)``), bit-exact check first (a row that is not exact is not
+timed), graph and kernel figures only; rows that would run past ``--budget`` seconds (whole run)
+are skipped and listed. ``--sweep-only A,B``: only the rows whose label starts with one of these
+("_" for a space). Prints a table last
 and writes DIR/quantize.json.
 """
 from __future__ import annotations
@@ -54,13 +45,13 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import bench_ms, env_info, graph_ms, guarded, kernel_profile, parse_args, print_table, \
-    write_json  # noqa: E402
+    write_json, append_results, result_row  # noqa: E402
 from lowbit.dtypes.formats import E2M1  # noqa: E402
 from lowbit.dtypes.fp8_tensor import FP8Tensor  # noqa: E402
 from lowbit.dtypes.quantize import pack_fp4, quantize  # noqa: E402
-from lowbit.kernels import cast  # noqa: E402
-from lowbit.kernels import quantize as kq  # noqa: E402
-from lowbit.kernels import quantize_fp4_launch as kq4  # noqa: E402
+from lowbit.kernels import api as cast  # noqa: E402
+from lowbit.kernels.triton import TRITON_BACKEND, make_backend  # noqa: E402
+from lowbit.kernels.triton.cast_fp8 import CAST_TUNING  # noqa: E402
 from lowbit.scaling.blocks import TENSOR, block_amax, expand_scale  # noqa: E402
 from lowbit.scaling.delayed import DelayedScalingState  # noqa: E402
 from lowbit.scaling.hadamard import random_signs  # noqa: E402
@@ -170,7 +161,7 @@ def nbytes(name, kind, recipe, role, transposed, shape):
     return ideal, ideal + (2 * n if two_pass else 0)  # the amax pass reads x again
 
 
-def make_calls(name, kind, recipe, role, transposed, x):
+def make_calls(name, kind, recipe, role, transposed, x, be=TRITON_BACKEND):
     """(fused, eager reference, (fused state, reference state) or None, the fused call's CUDA
     generators): the callables make their own delayed-scaling state / seeded generator, so the two
     sides see the same sequence."""
@@ -181,21 +172,21 @@ def make_calls(name, kind, recipe, role, transposed, x):
             states = tuple(DelayedScalingState(recipe, recipe.format(role)).to(dev) for _ in range(2))
         st_f, st_r = states or (None, None)
         if transposed:
-            return (lambda: kq.quantize_fp8_t_triton(x, recipe, role, st_f),
+            return (lambda: be.quantize_fp8_t(x, recipe, role, st_f),
                     lambda: cast.quantize_fp8_t(x, recipe, role, st_r, backend="torch"), states, ())
-        return (lambda: kq.quantize_fp8_triton(x, recipe, role, st_f),
+        return (lambda: be.quantize_fp8(x, recipe, role, st_f),
                 lambda: FP8Tensor.from_float(x, recipe, role, state=st_r), states, ())
     signs = random_signs(7, dev) if "RHT" in name else None
     g_f, g_r = torch.Generator(device=dev).manual_seed(1), torch.Generator(device=dev).manual_seed(1)
-    return (lambda: kq4.quantize_fp4_triton(x, recipe, role, g_f, signs),
+    return (lambda: be.quantize_fp4(x, recipe, role, g_f, signs),
             lambda: cast.quantize_fp4(x, recipe, role, g_r, signs, backend="torch"), None,
             (g_f,) if dev.type == "cuda" else ())
 
 
-def check(name, kind, recipe, role, transposed, x) -> str:
+def check(name, kind, recipe, role, transposed, x, be=TRITON_BACKEND) -> str:
     """'' when the fused call is bit-exact with the reference on this device (delayed scaling: two
     steps, and the states' amax history and scale too)."""
-    fused, ref, states, _ = make_calls(name, kind, recipe, role, transposed, x)
+    fused, ref, states, _ = make_calls(name, kind, recipe, role, transposed, x, be)
     errs = []
     for step in range(2 if states else 1):
         got, want = fused(), ref()
@@ -282,123 +273,35 @@ def _row(shape, name, impl, t: dict, ideal, moved, copy: dict, exact=None) -> di
 # ---- sweep --------------------------------------------------------------------------------------------
 
 def sweep_rows():
-    """[(label, {quantize_policy function: replacement}, variants)], most informative first."""
-    T = lambda: True  # noqa: E731
-    fp8 = [v for v in variants() if v[1] == "fp8"]
+    """[(label, {CastTuning field: value}, variants)]: the levers of the cast tuning table
+    (``lowbit.kernels.triton.cast_fp8.tuning``), each on the variants whose launches it changes."""
     stream = _named("delayed e4m3", "current e4m3", "rowwise e4m3")
     blocks = _named("block 1x128", "mxfp8 1x32")
-    lean = dict(lean_cast=T)
-    lean_nan = dict(lean_cast=T, cvt_handles_nan=T)
-    F = lambda: False  # noqa: E731
-    prev = dict(lean_cast=F, cvt_handles_nan=F, block_chunks=lambda: 1,
-                stream_warps=lambda e: kq.policy.opts(e)["num_warps"])
-    t_casts = _named("block 1x128 +T", "rowwise e4m3 +T", "block 128x128 +T")
     block_t, rowwise_t = _named("block 1x128 +T"), _named("rowwise e4m3 +T")
-    both_t = block_t + rowwise_t
-    fp4 = _named("mxfp4 1x32", "nvfp4 1x16")
-    rows = [("fp4 pairs off", dict(rowlocal_fp4_pairs=F), fp4), ("fp4 pairs fp32 encode", dict(fp4_ptx_encode=F), fp4)]
-    rows += [("cols T not split", dict(block_t_split=F, rowwise_t_split=F), both_t),
-            ("cols T forward", dict(cols_t_reverse=F), both_t)]
-    rows += [(f"cols T {c} cols {w}w", dict(cols_t_cols=lambda c=c: c, cols_t_warps=lambda e, w=w: w), block_t)
-             for c, w in ((32, 1), (16, 1), (64, 1), (32, 2), (128, 4))]
-    rows += [(f"cols T {r}x{c} {w}w", dict(cols_t_rows=lambda r=r: r, cols_t_cols=lambda c=c: c,
-                                         cols_t_warps=lambda e, w=w: w), rowwise_t)
-             for r, c, w in ((64, 64, 1), (32, 64, 1), (64, 32, 1), (128, 32, 1), (32, 128, 1), (64, 128, 2),
-                             (128, 64, 2))]
-    rows += [(f"cols T maxnreg {n}", dict(cols_t_maxnreg=lambda w, n=n: n), both_t) for n in (128, 168)]
     tw_t = _named("delayed e4m3 +T", "current e5m2 +T")
-    rows += [("T one read off", dict(transpose_one_read=F), tw_t),
-             ("T one read 64x128 4w", dict(transpose_one_read_tile=lambda: (64, 128)), tw_t),
-             ("T one read 32x128 2w", dict(transpose_one_read_tile=lambda: (32, 128)), tw_t),
-             ("T one read free regs", dict(transpose_one_read_maxnreg=lambda w: None), tw_t)]
-    rows += [("T old", dict(block_t_tiles=F, rowwise_t_tiles=F, square_t_kernel=F, block_t_split=F,
-                            rowwise_t_split=F), t_casts),
-             ("T sweep 16 rows", dict(block_t_sweep_rows=lambda: 16, block_t_split=F), block_t),
-             ("T sweep 8w", dict(t_sweep_warps=lambda e: 8, block_t_split=F), block_t)]
-    rows += [(f"rowwise amax {p}x{r}x{c}", dict(rowwise_t_amax_tile=lambda x, t=(p, r, c): t), rowwise_t)
-             for p, r, c in ((256, 32, 64), (512, 64, 64), (128, 64, 64), (256, 32, 128), (512, 32, 128))]
-    rows += [("square T blocks kernel", dict(square_t_kernel=F), _named("block 128x128 +T")),
-             ("square T 16-row slices", dict(block_t_sweep_rows=lambda: 16), _named("block 128x128 +T")),
-             ("square T 8w", dict(t_sweep_warps=lambda e: 8), _named("block 128x128 +T"))]
-    rows += [(f"square T one read {w}w", dict(square_t_one_read=T, square_t_one_read_warps=lambda e, w=w: w),
-              _named("block 128x128 +T")) for w in (4, 8, 16)]
-    rows += [("square T one read maxnreg 80", dict(square_t_one_read_maxnreg=lambda w: 80), _named("block 128x128 +T"))]
-    rows += [(f"tensorwise T maxnreg {n}", dict(transpose_maxnreg=lambda w, n=n: n),
-              _named("delayed e4m3 +T", "current e5m2 +T")) for n in (64, 56)]
-    rows += [("rowwise T sweep 256 rows", dict(rowwise_t_sweep_rows=lambda: (256, 32), rowwise_t_split=F), rowwise_t),
-             ("rowwise T sweep 16-row slices", dict(rowwise_t_sweep_rows=lambda: (128, 16), rowwise_t_split=F),
-              rowwise_t),
-             ("rowwise T sweep 8w", dict(t_sweep_warps=lambda e: 8, rowwise_t_split=F), rowwise_t)]
-    rows += [("session-3 defaults", prev, fp8), ("lean", lean, fp8), ("lean+nan", lean_nan, fp8),
-            ("lean+nan best", dict(lean_nan, stream_elems=lambda x: 8192, block_chunks=lambda: 4,
-                                   current_amax_slots=T), fp8)]
-    rows += [(f"chunks {n}", dict(block_chunks=lambda n=n: n), blocks) for n in (2, 4, 8)]
-    rows += [("chunks 4+lean+nan", dict(lean_nan, block_chunks=lambda: 4), blocks)]
-    geo = {"16/thread": dict(stream_elems=lambda x: 8192),
-           "8w 16/thread": dict(stream_elems=lambda x: 4096, stream_warps=lambda e: 8),
-           "prefetch": dict(stream_prefetch=T),
-           "16/thread prefetch": dict(stream_elems=lambda x: 8192, stream_prefetch=T)}
-    rows += [(label, dict(lean_nan, **g), stream) for label, g in geo.items()]
-    rows += [("amax forward walk", dict(amax_reverse_walk=F), _named("current e4m3", "current e5m2 +T", "nvfp4 1x16"))]
-    rows += [("atomic amax", dict(delayed_amax_slots=lambda: False), _named("delayed e4m3", "delayed e4m3 +T")),
-             ("current slots", dict(current_amax_slots=T), _named("current e4m3", "current e5m2 +T"))]
-    rows += [(f"progs/SM {n}", dict(lean_nan, stream_programs_per_sm=lambda w, n=n: n),
-              _named("delayed e4m3", "current e4m3")) for n in (4, 8, 32)]
-    rows += [("div.rn", dict(fast_div=lambda: False), variants()),
-             ("cvt saturates", dict(cvt_saturates=T), fp8),
-             ("blocks fast div", dict(blocks_fast_div=T), blocks)]
-    rows += [(f"tile {e}", dict(tile_elems=lambda x, e=e: e), blocks + _named("block 1x128 +T")) for e in (2048, 8192)]
-    rows += rowlocal_sweep_rows()
-    tw = _named("delayed e4m3 +T", "current e5m2 +T")
-    for (r, c), w, pre in (((64, 64), 16, False), ((32, 128), 8, False), ((32, 128), 4, True), ((64, 128), 8, True),
-                           ((32, 256), 8, True), ((16, 128), 4, True), ((64, 256), 16, True), ((16, 256), 4, True)):
-        rows += [(f"T {r}x{c} w{w}{' prefetch' if pre else ''}",
-                  dict(transpose_tile=lambda x, t=(r, c): t, transpose_warps=lambda e, w=w: w,
-                       transpose_prefetch=lambda pre=pre: pre), tw)]
+    fp4 = _named("mxfp4 1x32", "nvfp4 1x16")
+    rows = [("fp4 pairs off", dict(fp4_pairs=False), fp4), ("fp4 fp32 encode", dict(fp4_ptx_encode=False), fp4),
+            ("cols T forward", dict(cols_t_reverse=False), block_t + rowwise_t)]
+    rows += [(f"cols T {c} cols", dict(cols_t_cols=c), block_t) for c in (16, 64)]
+    rows += [(f"cols T {r}x{c}", dict(cols_t_rows=r, cols_t_cols=c), rowwise_t) for r, c in ((32, 64), (128, 32))]
+    rows += [("T one read 64x128", dict(transpose_tile=(64, 128)), tw_t),
+             ("T one read free regs", dict(transpose_maxnreg=None), tw_t),
+             ("square T free regs", dict(square_t_maxnreg=None), _named("block 128x128 +T"))]
+    rows += [(f"chunks {n}", dict(block_chunks=n), blocks) for n in (1, 2, 8)]
+    rows += [("plain encode", dict(lean_encode=False), stream + blocks), ("div.rn", dict(fast_div=False), variants()),
+             ("cvt nan test", dict(cvt_handles_nan=False), stream + blocks)]
+    rows += [(f"tile {e}", dict(tile_elems=e), stream + blocks) for e in (2048, 8192)]
+    rows += [(f"progs/SM {n} warps", dict(warps_per_sm=n), stream) for n in (128, 512)]
+    rows += [("amax forward walk", dict(amax_reverse=False), _named("current e4m3", "current e5m2 +T", "nvfp4 1x16"))]
+    rows += [("rowlocal no prefetch", dict(rowlocal_prefetch=False), stream[2:] + blocks),
+             ("rowlocal no finite", dict(rowlocal_finite_tiles=False, rowlocal_maxnreg=None), stream[2:] + blocks),
+             ("rowlocal free regs", dict(rowlocal_maxnreg=None), stream[2:] + blocks)]
     return rows
-
-
-def rowlocal_sweep_rows():
-    """The row-local walk (``quantize_policy.rowlocal_*``) for the casts without a transposed copy:
-    "rowlocal rows ..." (rowwise e4m3), "rowlocal blocks ..." (block 1x128, mxfp8 1x32), "rowlocal fp4 ..."
-    (mxfp4 1x32)."""
-    T, F = (lambda: True), (lambda: False)  # noqa: E731
-    out = []
-    for kind, lever, vs in (("rows", "rowlocal_rows", _named("rowwise e4m3")),
-                            ("blocks", "rowlocal_blocks", _named("block 1x128", "mxfp8 1x32"))):
-        on = {lever: T}
-        out += [(f"rowlocal {kind}", on, vs),
-                (f"rowlocal {kind} no prefetch", dict(on, rowlocal_prefetch=F), vs),
-                (f"rowlocal {kind} no finite", dict(on, rowlocal_finite_tiles=F, rowlocal_maxnreg=lambda w: None), vs),
-                (f"rowlocal {kind} free regs", dict(on, rowlocal_maxnreg=lambda w: None), vs),
-                (f"rowlocal {kind} 40 regs no prefetch", dict(on, rowlocal_maxnreg=lambda w: 40, rowlocal_prefetch=F),
-                 vs),
-                (f"rowlocal {kind} div.rn", dict(on, rowlocal_fast_div=F, rowlocal_maxnreg=lambda w: None), vs),
-                (f"rowlocal {kind} 8192", dict(on, rowlocal_elems=lambda x: 8192), vs)]
-        out += [(f"rowlocal {kind} progs/SM {n}", dict(on, rowlocal_programs_per_sm=lambda w, n=n: n), vs)
-                for n in (5, 10)]
-    blocks = _named("block 1x128", "mxfp8 1x32")
-    for w in (1, 2, 4):  # small programs: the tile max by shuffles only (one warp), or fewer barriers' waits
-        out += [(f"rowlocal blocks {w}w", dict(rowlocal_blocks=T, rowlocal_elems=lambda x, w=w: 512 * w,
-                                               rowlocal_programs_per_sm=lambda n, w=w: min(32, 40 // w),
-                                               rowlocal_maxnreg=lambda n: None), blocks)]
-    fp4, nv = _named("mxfp4 1x32"), _named("nvfp4 1x16")
-    out += [("rowlocal nvfp4 off", dict(rowlocal_nvfp4=F), nv),
-            ("rowlocal nvfp4 prefetch", dict(rowlocal_fp4_prefetch=T), nv),
-            ("rowlocal nvfp4 8192", dict(rowlocal_elems=lambda x: 8192), nv),
-            ("rowlocal nvfp4 2048", dict(rowlocal_elems=lambda x: 2048), nv)]
-    out += [("rowlocal fp4", dict(rowlocal_fp4=T), fp4),
-            ("rowlocal fp4 prefetch", dict(rowlocal_fp4=T, rowlocal_fp4_prefetch=T), fp4),
-            ("rowlocal fp4 finite", dict(rowlocal_fp4=T, rowlocal_fp4_finite=T), fp4),
-            ("rowlocal fp4 1w", dict(rowlocal_fp4=T, rowlocal_elems=lambda x: 512,
-                                     rowlocal_programs_per_sm=lambda n: 32), fp4)]
-    return out
 
 
 def run_sweep(args, x, small, rows, copy, t_start, save):
     """The sweep rows on x (first shape): check on x and the special tensor, then time."""
     skipped, done, t_sweep = [], 0, time.time()
-    pol = kq.policy
     only = tuple(p.replace("_", " ") for p in (args.sweep_only or "").split(",") if p)  # "_": a space
     for label, repl, vs in sweep_rows():
         if only and not label.startswith(only):
@@ -408,24 +311,18 @@ def run_sweep(args, x, small, rows, copy, t_start, save):
             skipped.append(label)                                      # shorter row may still fit)
             continue
         done += len(vs)
-        defaults = {attr: getattr(pol, attr) for attr in repl}
-        for attr, fn in repl.items():
-            setattr(pol, attr, fn)
-        try:
-            for v in vs:
-                name = f"{v[0]} ({label})"
-                err = guarded(rows, f"{name} check", lambda: check(*v, x) + check(*v, small))
-                if err != "":
-                    print(f"MISMATCH {name}: {err}", flush=True)
-                    rows.append({"shape": f"{x.shape[0]}x{x.shape[1]}", "variant": name, "impl": "lowbit",
-                                 "exact": False, "detail": err})
-                    continue
-                fused, _, _, gens = make_calls(*v, x)
-                t = time_fused(fused, gens, x.device.type == "cuda", call=False)
-                rows.append(_row(x.shape, name, "lowbit", t, *nbytes(*v, x.shape), copy, True))
-        finally:
-            for attr, fn in defaults.items():
-                setattr(pol, attr, fn)
+        be = make_backend(cast_tuning=CAST_TUNING.override(**repl))
+        for v in vs:
+            name = f"{v[0]} ({label})"
+            err = guarded(rows, f"{name} check", lambda: check(*v, x, be) + check(*v, small, be))
+            if err != "":
+                print(f"MISMATCH {name}: {err}", flush=True)
+                rows.append({"shape": f"{x.shape[0]}x{x.shape[1]}", "variant": name, "impl": "lowbit",
+                             "exact": False, "detail": err})
+                continue
+            fused, _, _, gens = make_calls(*v, x, be)
+            t = time_fused(fused, gens, x.device.type == "cuda", call=False)
+            rows.append(_row(x.shape, name, "lowbit", t, *nbytes(*v, x.shape), copy, True))
         save()
         print(f"  sweep {label} done ({time.time() - t_start:.0f} s)", flush=True)
     if skipped:
@@ -437,7 +334,7 @@ def run_sweep(args, x, small, rows, copy, t_start, save):
 def main():
     args = parse_args(__doc__.splitlines()[0], extra=lambda p: (
         p.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd references"),
-        p.add_argument("--sweep", action="store_true", help="also time the quantize_policy levers (sweep_rows)"),
+        p.add_argument("--sweep", action="store_true", help="also time the cast tuning levers (sweep_rows)"),
         p.add_argument("--sweep-only", default=None, help="comma-separated label prefixes of the sweep rows to run"),
         p.add_argument("--budget", type=float, default=240.0, help="seconds for the whole run: sweep rows that "
                        "would start past it are skipped (and listed)"),
@@ -521,6 +418,9 @@ def main():
 
     report(rows, checks, copy, t_start)
     save()
+    append_results([result_row(info, "quantize", r["shape"], f"{r['variant']} ({r['impl']})", "kernel ms", r["kern ms"],
+                               "copy (read + write of the bytes moved)", r["%copy kern"] / 100 if r.get("%copy kern") else None)
+                    for r in rows if r.get("kern ms")], args.out)
 
 
 def report(rows, checks, copy, t_start):

@@ -19,8 +19,8 @@ common one: rare branches jumped to), where ``per_elem`` counts every instructio
 shorter arm of its largest if/else (the row-local casts' finite tiles), where ``per_elem`` counts
 both arms.
 
-``--set`` replaces a function of ``lowbit.kernels.quantize_policy`` by a constant (as the sweep
-does), e.g. ``--set fast_div=False --set stream_elems=8192``. Needs triton (3.6 or newer) with its
+``--set`` overrides a field of the cast tuning table (``CastTuning``, as the sweep does), e.g.
+``--set fast_div=False --set tile_elems=8192``. Needs triton (3.6 or newer) with its
 bundled ``cuobjdump``; no GPU.
 """
 from __future__ import annotations
@@ -41,26 +41,17 @@ SM_REGS, SM_THREADS, SM_BLOCKS = 65536, 2048, 32  # per SM on sm_90: registers, 
 _PTR = {torch.int16: "*i16", torch.uint8: "*u8", torch.float32: "*fp32", torch.bfloat16: "*i16", torch.int32: "*i32"}
 
 
-class _Recorder:
-    def __init__(self, name, kernel, launches):
-        self.name, self.kernel, self.launches = name, kernel, launches
-
-    def __getitem__(self, grid):
-        return lambda *args, **kw: self.launches.append((self.name, self.kernel, tuple(grid), args, kw))
-
-
-def record(variant, shape, launches):
-    """Run the launcher for ``variant`` on a meta bf16 tensor; the kernels are replaced by recorders."""
+def record(variant, shape, launches, be):
+    """Run the launcher for ``variant`` on a meta bf16 tensor; the launches are recorded, not run."""
     from benchmarks.quantize import make_calls
-    from lowbit.kernels import quantize_fp4_launch as kq4
     from lowbit.scaling.hadamard import random_signs
     x = torch.empty(shape, dtype=torch.bfloat16, device="meta")
     name, kind, recipe, role, _ = variant
     if kind == "fp4":  # no generator on meta: the launches do not depend on it
         signs = random_signs(7, "cpu").to("meta") if "RHT" in name else None
-        fused = lambda: kq4.quantize_fp4_triton(x, recipe, role, None, signs)  # noqa: E731
+        fused = lambda: be.quantize_fp4(x, recipe, role, None, signs)  # noqa: E731
     else:
-        fused = make_calls(*variant, x)[0]
+        fused = make_calls(*variant, x, be)[0]
     try:
         fused()
     except Exception:  # building the FP8Tensor / the FP4 rand on meta may fail after the launches
@@ -274,35 +265,27 @@ def elems_per_iter(kw, args, kernel):
 
 
 def patch_launcher(sets):
-    """The launcher made to believe it drives an sm_90 GPU with 132 SMs (the H200), its kernels
-    replaced by recorders; ``sets``: "name=value" replacements of quantize_policy functions."""
-    from lowbit.kernels import quantize as kq
-    from lowbit.kernels import quantize_fp4_launch as kq4
-    from lowbit.kernels import quantize_t_launch as ktl
-    pol = kq.policy
-    kq._runnable = lambda x: True
-    pol.hw_cvt = lambda x: 3 if pol.cvt_handles_nan() else 2 if pol.cvt_saturates() else 1
-    pol.gpu = lambda index: ((9, 0), 132)
-    pol.max_programs = lambda x, elems, num_warps=None: 132 * max(1, 256 // (num_warps or pol.opts(elems)["num_warps"]))
-    pol.stream_programs = lambda x, warps: 132 * pol.stream_programs_per_sm(warps)
-    pol.current_amax_programs = lambda x, programs: max(1, programs // 4)
-    pol.rowlocal_programs = lambda x, warps: 132 * pol.rowlocal_programs_per_sm(warps)
+    """(backend, launches): a Triton backend whose casts believe they drive an sm_90 GPU with 132
+    SMs (the H200) and record their launches instead of running them; ``sets``: "field=value"
+    overrides of the cast tuning table (``CastTuning``)."""
+    from lowbit.kernels.triton import cast_common, make_backend
+    from lowbit.kernels.triton.cast_fp4 import launch as l4
+    from lowbit.kernels.triton.cast_fp8 import CAST_TUNING
+    from lowbit.kernels.triton.cast_fp8 import launch as l8
+    from lowbit.kernels.triton.runtime import Launch
+    h200 = lambda x: cast_common.Target(132, True, False)  # noqa: E731
+    l8.target = l4.target = h200
+    launches = []
+
+    def recorded(self, *args):
+        launches.append((self.kernel.fn.__name__ if hasattr(self.kernel, "fn") else str(self.kernel), self.kernel,
+                         tuple(self.grid), args, dict(self.consts)))
+    Launch.__call__ = recorded
+    changes = {}
     for s in sets:
         attr, val = s.split("=")
-        assert hasattr(pol, attr), f"quantize_policy has no {attr}"
-        v = eval(val)  # noqa: S307 - a developer's command line
-        setattr(pol, attr, (lambda *a, v=v: v))
-    launches = []
-    for modname in ("_k8t", "_k8b", "_k8x", "_k8r", "_k8c", "_k8g", "_k4", "_k4p"):
-        mod = getattr(kq, modname)
-        fake = type(modname, (), {})
-        for n, v in vars(mod).items():
-            setattr(fake, n, _Recorder(n, v, launches) if n.endswith("_kernel") and hasattr(v, "fn") else v)
-        setattr(kq, modname, fake)
-        for launcher in (kq4, ktl):  # the FP4 and transposing launchers' own references to the kernel modules
-            if hasattr(launcher, modname):
-                setattr(launcher, modname, fake)
-    return launches
+        changes[attr] = eval(val)  # noqa: S307 - a developer's command line
+    return make_backend(cast_tuning=CAST_TUNING.override(**changes)), launches
 
 
 COLS = ("kernel", "grid", "warps", "regs", "resident", "elems_thread", "inflight_kb", "ahead", "body", "per_elem",
@@ -313,7 +296,7 @@ COLS = ("kernel", "grid", "warps", "regs", "resident", "elems_thread", "inflight
 def profile_rows(names=None, shape=(16384, 4096), sets=(), sass_dir=None, show=False):
     """One row per launch (the delayed-state update left out) of each variant of
     benchmarks/quantize.py named in ``names`` (all when None), with ``sets`` applied."""
-    launches = patch_launcher(sets)
+    be, launches = patch_launcher(sets)
     from benchmarks.quantize import variants
     out = []
     if show:
@@ -322,7 +305,7 @@ def profile_rows(names=None, shape=(16384, 4096), sets=(), sass_dir=None, show=F
         if names and v[0] not in names:
             continue
         launches.clear()
-        record(v, shape, launches)
+        record(v, shape, launches, be)
         for name, kernel, grid, args, kw in launches:
             if name == "_delayed_update_kernel":
                 continue
@@ -345,7 +328,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="16384x4096")
     p.add_argument("--variant", action="append", help="a variant of benchmarks/quantize.py (repeatable; default all)")
-    p.add_argument("--set", action="append", default=[], help="quantize_policy function=value (repeatable)")
+    p.add_argument("--set", action="append", default=[], help="CastTuning field=value (repeatable)")
     p.add_argument("--sass", help="folder to write each kernel's SASS and PTX")
     p.add_argument("--json", action="store_true", help="print the rows as one JSON list (last line) instead")
     a = p.parse_args()

@@ -19,7 +19,7 @@ __all__ = ["make_optimizer", "set_lr", "TrainStep"]
 
 def make_optimizer(model: torch.nn.Module, lr: float, device: torch.device) -> torch.optim.Optimizer:
     """AdamW(betas 0.9/0.95, weight decay 0.1); on CUDA the fused kernel, capturable, with a tensor
-    learning rate (the multi-tensor capturable AdamW took 60% of the 50M step's GPU time)."""
+    learning rate (the multi-tensor capturable AdamW is several times slower on the GPU)."""
     kw = dict(weight_decay=0.1, betas=(0.9, 0.95))
     if device.type == "cuda":
         return torch.optim.AdamW(model.parameters(), lr=torch.tensor(lr, device=device), capturable=True,

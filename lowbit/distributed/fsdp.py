@@ -42,7 +42,7 @@ from torch.distributed.tensor import DTensor
 from torch.utils import _pytree as pytree
 
 from ..dtypes.fp8_tensor import FP8_OPS, FP8Tensor
-from ..kernels.cast import quantize_fp8
+from ..kernels import quantize_fp8
 from ..nn.linear import Linear
 from ..nn.spec import effective_backend
 from ..scaling.blocks import TENSOR, block_amax

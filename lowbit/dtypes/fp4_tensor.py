@@ -23,9 +23,9 @@ from typing import Optional
 
 import torch
 
-from ..scaling.blocks import Block, expand_scale
+from .blocks import Block, expand_scale
 from .formats import E2M1
-from .quantize import _decode, check_float_input, pack_fp4, quantize, unpack_fp4
+from .quantize import _decode, check_float_input, unpack_fp4
 from .subclass import LowbitTensor, OpTable
 
 __all__ = ["FP4Tensor", "FP4_OPS"]
@@ -71,30 +71,19 @@ class FP4Tensor(LowbitTensor):
         """Quantize ``x`` by an MX(elem="e2m1") or NV recipe along its last dim.
 
         Stochastic rounding is used for NV gradients when ``recipe.sr_grads`` (or when
-        ``stochastic=True``), with ``generator`` for reproducibility.
+        ``stochastic=True``), with ``generator`` for reproducibility. The tensor knows no recipe:
+        ``recipe.makes_fp4(role)`` and ``recipe.fp4_parts(x, role, generator, stochastic)`` (packed
+        codes, stored block scales, tensor scale, block, kind) come from the recipe object.
         """
-        from ..scaling.recipes import MX, NV
-
         check_float_input(x)
-        if not (isinstance(recipe, NV) or (isinstance(recipe, MX) and recipe.format(role) is E2M1)):
+        makes = getattr(recipe, "makes_fp4", None)
+        if makes is None or not makes(role):
             raise ValueError(f"FP4Tensor needs an NV recipe or MX(elem='e2m1'), got {recipe!r}")
         if x.dim() == 0 or x.shape[-1] % 2:
             raise ValueError(f"FP4 packs two elements per byte along the last dim: it must be even, "
                              f"got shape {tuple(x.shape)}")
-        block = recipe.granularity(role)
-        if isinstance(recipe, NV):
-            s_block, s_global = recipe.scales(x, role)
-            eff = s_block * s_global
-            kind, scale = "nv", s_block.to(torch.float8_e4m3fn)
-            if stochastic is None:
-                stochastic = recipe.sr_grads and role == "grad"
-        else:
-            s = recipe.scales(x, role)
-            s_global = torch.ones((), dtype=torch.float32, device=x.device)
-            eff, kind, scale = s, "mx", s.to(torch.float8_e8m0fnu)
-        codes = quantize(x, E2M1, expand_scale(eff, x.shape, block),
-                         rounding="stochastic" if stochastic else "rne", generator=generator)
-        return cls(pack_fp4(codes), scale, s_global, block, kind, False, x.dtype)
+        qdata, scale, s_global, block, kind = recipe.fp4_parts(x, role, generator, stochastic)
+        return cls(qdata, scale, s_global, block, kind, False, x.dtype)
 
     # ---- views of the contents ----------------------------------------------------------
     @property

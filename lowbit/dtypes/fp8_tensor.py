@@ -16,9 +16,9 @@ from typing import Optional
 
 import torch
 
-from ..scaling.blocks import TENSOR, Block, block_amax, expand_scale
+from .blocks import TENSOR, Block, expand_scale
 from .formats import get_format
-from .quantize import check_float_input, dequantize, quantize
+from .quantize import check_float_input, dequantize
 from .subclass import LowbitTensor, OpTable
 
 __all__ = ["FP8Tensor", "FP8_OPS"]
@@ -50,27 +50,16 @@ class FP8Tensor(LowbitTensor):
     @classmethod
     def from_float(cls, x: torch.Tensor, recipe, role: str = "input", state=None,
                    amax: Optional[torch.Tensor] = None) -> "FP8Tensor":
-        """Quantize ``x`` by ``recipe`` for ``role`` (``state``: a DelayedScalingState for Delayed)."""
-        from ..scaling.delayed import DelayedScalingState
-        from ..scaling.recipes import MX, Delayed
+        """Quantize ``x`` by ``recipe`` for ``role`` (``state``: a DelayedScalingState for Delayed).
 
+        The tensor knows no recipe: ``recipe.fp8_parts(x, role, state, amax)`` (the recipes of
+        ``lowbit.scaling``, or any object with that method and ``kind == "fp8"``) returns the
+        codes, the stored scales and the block."""
         check_float_input(x)
         if getattr(recipe, "kind", None) != "fp8":
             raise ValueError(f"{type(recipe).__name__} with these formats makes FP4 data; "
                              "use FP4Tensor.from_float")
-        fmt = recipe.format(role)
-        block = recipe.granularity(role)
-        if isinstance(recipe, Delayed):
-            if not isinstance(state, DelayedScalingState):
-                raise TypeError("Delayed scaling needs state=DelayedScalingState(recipe, fmt)")
-            scale = state.scale.detach().clone()
-            if x.numel():  # an empty tensor has no amax to record
-                state.update(block_amax(x, TENSOR) if amax is None else amax)
-        else:
-            scale = recipe.scales(x, role, amax)
-        data = quantize(x, fmt, expand_scale(scale, x.shape, block))
-        if isinstance(recipe, MX):
-            scale = scale.to(torch.float8_e8m0fnu)
+        data, scale, block = recipe.fp8_parts(x, role, state, amax)
         return cls(data, scale, block, x.dtype)
 
     # ---- views of the contents ----------------------------------------------------------

@@ -273,7 +273,7 @@ def _compile(jit, full, cx, attrs, arch, fusion, num_warps, num_stages) -> Compi
     src = _PathKeyedSource(jit, full, constexprs=cx, attrs=attrs)
     options = {"enable_fp_fusion": fusion, "num_warps": num_warps, "num_stages": num_stages}
     modules = [v for v in jit.fn.__globals__.values() if isinstance(v, types.ModuleType)]
-    with pristine_language(modules), _ptx_only():
+    with pristine_language(as_jit_function, modules), _ptx_only():
         compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     asm = compiled.asm
     return CompiledAsm(name=jit.__name__, ptx=asm["ptx"], llir=asm.get("llir", ""), target=f"sm_{arch}",

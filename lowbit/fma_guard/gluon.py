@@ -1,8 +1,8 @@
 """The Gluon kernels lowbit ships (its production Hopper GEMMs), compiled and scanned like the Triton ones.
 
 A ``@gluon.jit`` kernel takes tensor descriptors and layouts that a plain signature string cannot
-describe, so each is compiled by its module's own helper (``compile_for_sm90`` and friends, which
-build the descriptor types), under the scan's conditions: PTX only (no ptxas) and, under
+describe, so each is compiled by its module's own helper (``compile_ws_for_sm90``, which
+builds the descriptor types), under the scan's conditions: PTX only (no ptxas) and, under
 ``TRITON_INTERPRET=1``, with ``triton.language`` as Triton defines it (``pristine_language``).
 ``GLUON_SPECS`` is the one table of what to compile: per kernel the modes whose promotion
 arithmetic differs (tensorwise: ``acc += T``; blockwise: ``fma(T, s, acc)``; blockwise_cols:
@@ -37,11 +37,9 @@ class GluonSpec:
 
 
 GLUON_SPECS = (
-    GluonSpec("lowbit.kernels.gemm_gluon", "_fp8_gemm_promote_kernel", "compile_for_sm90", (("mode", "tensorwise"),)),
-    GluonSpec("lowbit.kernels.gemm_gluon", "_fp8_gemm_promote_kernel", "compile_for_sm90", (("mode", "blockwise"),)),
-    GluonSpec("lowbit.kernels.gemm_gluon_ws", "_fp8_gemm_ws_kernel", "compile_ws_for_sm90",
+    GluonSpec("lowbit.kernels.triton.gemm_fp8.gluon_ws", "_fp8_gemm_ws_kernel", "compile_ws_for_sm90",
               (("mode", "tensorwise"), ("config", "ws_s3_g16_eo"))),
-    GluonSpec("lowbit.kernels.gemm_gluon_ws", "_fp8_gemm_ws_kernel", "compile_ws_for_sm90",
+    GluonSpec("lowbit.kernels.triton.gemm_fp8.gluon_ws", "_fp8_gemm_ws_kernel", "compile_ws_for_sm90",
               (("mode", "blockwise_cols"), ("config", "ws_s3_ss"))),
 )
 

@@ -72,9 +72,9 @@ def _interpreted_attrs(extra_modules=()) -> list[tuple[object, str, object]]:
 
 
 @contextlib.contextmanager
-def pristine_language(extra_modules=()):
-    """Compile-time ``triton.language``: snapshot objects back, interpreted stdlib functions as JIT."""
-    from .compile import as_jit_function
+def pristine_language(as_jit_function, extra_modules=()):
+    """Compile-time ``triton.language``: snapshot objects back, interpreted stdlib functions as JIT
+    (``as_jit_function``: the compiler's rebuild of an interpreted function)."""
     swapped = _interpreted_attrs(extra_modules)
     for owner, name, val in swapped:
         setattr(owner, name, as_jit_function(val))

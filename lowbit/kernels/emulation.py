@@ -23,7 +23,7 @@ from ..dtypes.fp4_tensor import FP4Tensor
 from ..dtypes.fp8_tensor import FP8Tensor
 from ..dtypes.formats import E2M1
 from ..dtypes.quantize import _decode, unpack_fp4
-from ..scaling.blocks import expand_scale
+from ..dtypes.blocks import expand_scale
 from .registry import Backend
 
 __all__ = ["emulated_scaled_mm", "TORCH_BACKEND", "k_chunk"]

@@ -3,12 +3,15 @@
 A backend has a ``name``, ``supports(a, b, out_dtype, bias) -> None | str`` (None: it can run this
 call; a string: why not) and ``scaled_mm(a, b, out_dtype, bias)`` (called with ``fast_accum=True``
 when the caller allows unpromoted accumulation and the backend declares ``fast_accum``), and
-optionally fused casts
-(``quantize_fp8``, ``quantize_fp8_t``, ``quantize_fp4``, same signatures as ``lowbit.kernels.cast``,
-returning None to decline). ``select`` picks, for
+optionally ``plan(a, b, out_dtype, bias, fast_accum) -> run | str`` (the support check and the
+launch decisions made once for calls of that shape: ``run(a, b, bias)`` computes the product, a
+string says why not; backends that have it are asked this instead of ``supports``) and fused
+casts (``quantize_fp8``, ``quantize_fp8_t``, ``quantize_fp4``, same signatures as
+``lowbit.kernels.api``, returning None to decline). ``select`` / ``select_run`` pick, for
 ``"auto"``, the registered backend of highest priority that supports the call; the ``"torch"``
 emulation supports everything, so it is the fallback. When a preferred backend declines a call on
-its own device (a shape it can't take, an old GPU), ``select`` warns once per reason and falls back.
+its own device (a shape it can't take, an old GPU), the registry warns once per reason and falls
+back.
 """
 from __future__ import annotations
 
@@ -27,20 +30,29 @@ class Backend:
     priority: int = 0  # higher wins under "auto"
     devices: tuple = ("cpu", "cuda")  # device types the backend can serve at all
     fast_accum: bool = False  # scaled_mm takes fast_accum= (a faster, unpromoted accumulation)
-    # optional fused casts (lowbit.kernels.cast); each returns None to decline a call
+    # optional fused casts (lowbit.kernels.api); each returns None to decline a call
     quantize_fp8: Callable = None
     quantize_fp8_t: Callable = None
     quantize_fp4: Callable = None
+    plan: Callable = None  # (a, b, out_dtype, bias, fast_accum) -> run(a, b, bias) | reason
 
 
 @dataclass
 class BackendRegistry:
     backends: Dict[str, Backend] = field(default_factory=dict)
     _warned: set = field(default_factory=set)
+    _order: list = field(default_factory=list)  # by priority, highest first (kept by register)
 
     def register(self, backend: Backend) -> Backend:
         self.backends[backend.name] = backend
+        self._order[:] = sorted(self.backends.values(), key=lambda x: -x.priority)
         return backend
+
+    def by_priority(self) -> list:
+        """The registered backends, highest priority first."""
+        if len(self._order) != len(self.backends):  # a dict filled directly, not through register
+            self._order[:] = sorted(self.backends.values(), key=lambda x: -x.priority)
+        return self._order
 
     def get(self, name: str) -> Backend:
         try:
@@ -58,21 +70,55 @@ class BackendRegistry:
                 raise ValueError(f"backend {name!r} cannot run this scaled_mm: {why}")
             return be
         device = a.device.type
-        for be in sorted(self.backends.values(), key=lambda x: -x.priority):
+        for be in self.by_priority():
             if device not in be.devices:
                 continue
             why = be.supports(a, b, out_dtype, bias)
             if why is None:
                 return be
-            key = (be.name, why)
-            if key not in self._warned:
-                self._warned.add(key)
-                warnings.warn(f"lowbit: {be.name} backend declined scaled_mm ({why}); "
-                              "using the next backend", stacklevel=3)
+            self._decline(be, why)
         raise RuntimeError(f"no lowbit backend can run scaled_mm on {device}")
+
+    def select_run(self, name: str, a, b, out_dtype, bias=None, fast_accum: bool = False):
+        """``run(a, b, bias)`` of the backend that takes this call (``select``'s choice), through
+        its ``plan`` where it has one (the one support check), else its ``scaled_mm``."""
+        if name != "auto":
+            be = self.get(name)
+            run = _run_of(be, a, b, out_dtype, bias, fast_accum)
+            if isinstance(run, str):
+                raise ValueError(f"backend {name!r} cannot run this scaled_mm: {run}")
+            return run
+        device = a.device.type
+        for be in self.by_priority():
+            if device not in be.devices:
+                continue
+            run = _run_of(be, a, b, out_dtype, bias, fast_accum)
+            if not isinstance(run, str):
+                return run
+            self._decline(be, run)
+        raise RuntimeError(f"no lowbit backend can run scaled_mm on {device}")
+
+    def _decline(self, be, why: str) -> None:
+        key = (be.name, why)
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(f"lowbit: {be.name} backend declined scaled_mm ({why}); using the next backend",
+                          stacklevel=4)
 
     def names(self) -> list:
         return sorted(self.backends)
+
+
+def _run_of(be: Backend, a, b, out_dtype, bias, fast_accum: bool):
+    """``run(a, b, bias)`` or the reason ``be`` declines."""
+    if be.plan is not None:
+        return be.plan(a, b, out_dtype, bias, fast_accum and be.fast_accum)
+    why = be.supports(a, b, out_dtype, bias)
+    if why is not None:
+        return why
+    if fast_accum and be.fast_accum:
+        return lambda a, b, bias: be.scaled_mm(a, b, out_dtype, bias, fast_accum=True)
+    return lambda a, b, bias: be.scaled_mm(a, b, out_dtype, bias)
 
 
 BACKENDS = BackendRegistry()

@@ -71,6 +71,37 @@ class _FP8Linear(torch.autograd.Function):
                 *([None] * (len(ctx.needs_input_grad) - 7)))
 
 
+class _FP8LinearEager(torch.autograd.Function):
+    """The eager FP8 path: the ops' Python bodies on the layer's own recipe and state modules (no
+    recipe string to decode, no state views to build, the transposed operands kept as FP8Tensors);
+    the same kernels and numbers as the custom ops that torch.compile traces."""
+
+    @staticmethod
+    def forward(ctx, x, w, bias, lstate, backend, cold):
+        recipe = lstate.recipe
+        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        st_x = st_w = None
+        if lstate.delayed:
+            st_x, st_w = lstate.input, lstate.weight
+            if cold[0]:
+                st_x.prime(x, force=True)
+            if cold[1]:
+                st_w.prime(w, force=True)
+        y, ctx.xt, ctx.wt = _ops.fp8_forward(x, w, bias, st_x, st_w, recipe, backend, need_dw, need_dx)
+        ctx.meta = (lstate, backend, x.dtype, w.dtype, need_dx, need_dw, _bias_grad_dtype(ctx, bias), cold[2])
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        lstate, backend, x_dtype, w_dtype, need_dx, need_dw, db_dtype, prime_g = ctx.meta
+        st_g = lstate.grad if lstate.delayed else None
+        if prime_g:
+            st_g.prime(g, force=True)
+        dx, dw = _ops.fp8_backward(g, ctx.xt, ctx.wt, st_g, lstate.recipe, backend, x_dtype, w_dtype, need_dx,
+                                   need_dw)
+        return dx if need_dx else None, dw if need_dw else None, _db(g, db_dtype), None, None, None
+
+
 class _FP4Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, bias, recipe, backend, seed, signs, step):
@@ -101,9 +132,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
     x2 = x.reshape(-1, K)
     backend = effective_backend(backend, x.device.type)
     if state.kind == "fp4":
-        y = _FP4Linear.apply(x2, weight, bias, state.recipe_key, backend, state.seed, state.signs(), state.sr_step)
+        recipe = state.recipe_key if torch.compiler.is_compiling() else state.recipe  # eager: nothing to decode
+        y = _FP4Linear.apply(x2, weight, bias, recipe, backend, state.seed, state.signs(), state.sr_step)
     else:
-        tensors = state.tensors()
         cold = state.cold_start()
         # the grad is primed by the backward of this step, which runs only if autograd records it;
         # an empty batch primes neither the input nor the grad (it has no amax)
@@ -111,6 +142,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
                                                or (bias is not None and bias.requires_grad))
         tokens = x2.shape[0] > 0
         cold = (cold[0] and tokens, cold[1], cold[2] and records and tokens)
-        y = _FP8Linear.apply(x2, weight, bias, state.recipe_key, backend, cold, len(tensors), *tensors)
+        if torch.compiler.is_compiling() or x2.device.type == "meta":
+            tensors = state.tensors()
+            y = _FP8Linear.apply(x2, weight, bias, state.recipe_key, backend, cold, len(tensors), *tensors)
+        else:
+            y = _FP8LinearEager.apply(x2, weight, bias, state, backend, cold)
         state.mark_primed(cold)
     return y.reshape(*lead, y.shape[-1])

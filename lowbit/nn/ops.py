@@ -50,13 +50,13 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from ..dtypes.fp4_tensor import FP4Tensor
 from ..dtypes.fp8_tensor import FP8Tensor
-from ..kernels.cast import quantize_fp4, quantize_fp8, quantize_fp8_t
-from ..kernels.dispatch import scaled_mm
+from ..kernels.api import quantize_fp4, quantize_fp8, quantize_fp8_t, scaled_mm
 from ..scaling.delayed import DelayedScalingState
-from ..scaling.recipes import NV, Delayed
+from ..scaling.recipes import NV, Delayed, Recipe
 from .spec import decode
 
-__all__ = ["fp8_linear_fwd", "fp8_linear_bwd", "fp4_linear_fwd", "fp4_linear_bwd", "sr_generator", "EAGER"]
+__all__ = ["fp8_linear_fwd", "fp8_linear_bwd", "fp4_linear_fwd", "fp4_linear_bwd", "fp8_forward", "fp8_backward",
+           "sr_generator", "EAGER"]
 
 T = torch.Tensor
 
@@ -74,7 +74,7 @@ def _states(recipe, tensors: List[T], roles, prime: Tuple[bool, ...], primed_by:
     for i, (role, x) in enumerate(zip(roles, primed_by)):
         st = DelayedScalingState.over(recipe, recipe.format(role), *tensors[2 * i: 2 * i + 2])
         if prime[i] and not fake:
-            st.prime(x)
+            st.prime(x, force=True)
         out.append(st)
     return out
 
@@ -112,10 +112,10 @@ def _contiguous_t(q: FP8Tensor) -> FP8Tensor:
     return FP8Tensor(t._data.contiguous(), t._scale.contiguous(), t.block, q._orig_dtype)
 
 
-def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, need_wt, prime_x=False, prime_w=False):
-    recipe = decode(recipe_s)
-    fake, backend = _fake_mode(x, w), _backend(backend, x, w)
-    st_x, st_w = _states(recipe, state, ("input", "weight"), (prime_x, prime_w), (x, w), fake)
+def fp8_forward(x, w, bias, st_x, st_w, recipe, backend, need_xt, need_wt):
+    """(y, x^T, w^T) of the forward GEMM: FP8Tensors (None when not needed); ``st_*``: the
+    delayed-scaling states of input and weight (None for the other recipes)."""
+    backend = _backend(backend, x, w)
     if need_xt:
         qx, qx_t = quantize_fp8_t(x, recipe, "input", st_x, backend)
     else:
@@ -127,6 +127,26 @@ def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, need_wt, prime_x=Fal
     else:
         qw, qw_t = quantize_fp8(w, recipe, "weight", st_w, backend), None
     y = scaled_mm(qx, qw.t(), x.dtype, bias, backend, fast_accum=getattr(recipe, "fast_accum_fwd", False))
+    return y, qx_t, qw_t
+
+
+def fp8_backward(g, xt, wt, st_g, recipe, backend, x_dtype, w_dtype, need_dx, need_dw):
+    """(dgrad ``g w``, wgrad ``g^T x``) from the forward's transposed operands (FP8Tensors)."""
+    backend = _backend(backend, g)
+    qg, qg_t = quantize_fp8_t(g, recipe, "grad", st_g, backend)
+    dx = dw = _empty(g)
+    if need_dx:
+        dx = scaled_mm(qg, wt.t(), x_dtype, None, backend)
+    if need_dw:
+        dw = scaled_mm(qg_t, xt.t(), w_dtype, None, backend)
+    return dx, dw
+
+
+def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, need_wt, prime_x=False, prime_w=False):
+    recipe = decode(recipe_s)
+    fake = _fake_mode(x, w)
+    st_x, st_w = _states(recipe, state, ("input", "weight"), (prime_x, prime_w), (x, w), fake)
+    y, qx_t, qw_t = fp8_forward(x, w, bias, st_x, st_w, recipe, backend, need_xt, need_wt)
     xt = (qx_t._data, qx_t._scale.clone()) if qx_t is not None else (_empty(x, torch.float8_e4m3fn), _empty(x))
     wt = (qw_t._data, qw_t._scale.clone()) if qw_t is not None else (_empty(x, torch.float8_e4m3fn), _empty(x))
     return y, *xt, *wt
@@ -150,17 +170,10 @@ fp8_linear_fwd.register_fake(_graph_fp8_fwd)
 def _fp8_bwd(g, xt_data, xt_scale, wt_data, wt_scale, state, recipe_s, backend, x_dtype, w_dtype,
              need_dx, need_dw, prime_g=False):
     recipe = decode(recipe_s)
-    fake, backend = _fake_mode(g), _backend(backend, g)
-    (st_g,) = _states(recipe, state, ("grad",), (prime_g,), (g,), fake)
-    qg, qg_t = quantize_fp8_t(g, recipe, "grad", st_g, backend)
-    dx = dw = _empty(g)
-    if need_dx:
-        wt = FP8Tensor(wt_data, wt_scale, recipe.granularity("weight"), w_dtype)
-        dx = scaled_mm(qg, wt.t(), x_dtype, None, backend)
-    if need_dw:
-        xt = FP8Tensor(xt_data, xt_scale, recipe.granularity("input"), x_dtype)
-        dw = scaled_mm(qg_t, xt.t(), w_dtype, None, backend)
-    return dx, dw
+    (st_g,) = _states(recipe, state, ("grad",), (prime_g,), (g,), _fake_mode(g))
+    wt = FP8Tensor(wt_data, wt_scale, recipe.granularity("weight"), w_dtype) if need_dx else None
+    xt = FP8Tensor(xt_data, xt_scale, recipe.granularity("input"), x_dtype) if need_dw else None
+    return fp8_backward(g, xt, wt, st_g, recipe, backend, x_dtype, w_dtype, need_dx, need_dw)
 
 
 @torch.library.custom_op("lowbit::fp8_linear_bwd", mutates_args=("state",))
@@ -194,8 +207,14 @@ def sr_generator(device: torch.device, seed: int, step: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed((seed * 1_000_003 + step) % (2 ** 63))
 
 
+def _recipe(r) -> Recipe:
+    """The recipe of an op call: its string under torch.compile (the op schema), the layer's recipe
+    object itself on the eager path (``functional.linear``), which then decodes nothing."""
+    return decode(r) if isinstance(r, str) else r
+
+
 def _fp4_fwd(x, w, bias, signs, recipe_s, backend, need_xt, need_wt):
-    recipe = decode(recipe_s)
+    recipe = _recipe(recipe_s)
     backend = _backend(backend, x, w)
     qx = quantize_fp4(x, recipe, "input", backend=backend)
     qw = quantize_fp4(w, recipe, "weight", backend=backend)
@@ -233,7 +252,7 @@ def _fp4_operand(q, s, g, recipe, role, dtype) -> FP4Tensor:
 
 def _fp4_bwd(g, xq, xs, xg, wq, ws, wg, signs, step, seed, recipe_s, backend, x_dtype, w_dtype,
              need_dx, need_dw):
-    recipe = decode(recipe_s)
+    recipe = _recipe(recipe_s)
     fake, backend = _fake_mode(g), _backend(backend, g)
     gen = None
     if step is not None:  # stochastic rounding (NV's sr_grads): the counter of LinearState.sr_step

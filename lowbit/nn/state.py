@@ -38,6 +38,7 @@ class LinearState(nn.Module):
         self.recipe = recipe
         self.recipe_key = encode(recipe)
         self.kind = recipe.kind
+        self.delayed = isinstance(recipe, Delayed)
         self.seed = int(seed)
         if isinstance(recipe, Delayed):
             for role in ROLES:

@@ -1,6 +1,6 @@
 """Scaling recipes (frozen dataclasses) and scale computation per granularity."""
+from ..dtypes.blocks import ROW, TENSOR, Block, block_amax, expand_scale
 from .attention import AttentionRecipe
-from .blocks import ROW, TENSOR, Block, block_amax, expand_scale
 from .delayed import DelayedScalingState
 from .recipes import MX, NV, ROLES, Blockwise, Current, Delayed, FP8Recipe, Recipe, Rowwise
 from .scales import amax_to_scale, mx_scale, nv_block_scale, nv_global_scale

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from ..dtypes.formats import get_format
-from .blocks import TENSOR, block_amax
+from ..dtypes.blocks import TENSOR, block_amax
 from .recipes import Delayed
 
 __all__ = ["DelayedScalingState", "reduce_histories"]
@@ -63,16 +63,17 @@ class DelayedScalingState(nn.Module):
         self.scale.copy_(_delayed_scale(a, fmax, 2.0 ** self.recipe.margin, self.scale))
 
     @torch.no_grad()
-    def prime(self, x: torch.Tensor) -> None:
-        """Before the first cast: the scale from x's own finite amax (no-op once primed, and for an
-        empty x: it stays unprimed)."""
-        if not self.primed and x.numel():
-            self.prime_amax(block_amax(x.detach(), TENSOR))
+    def prime(self, x: torch.Tensor, force: bool = False) -> None:
+        """Before the first cast: the scale from x's own finite amax (no-op once primed, unless
+        ``force``: the caller tracks the cold start itself, as ``lowbit.nn.LinearState`` does; an
+        empty x primes nothing: it stays unprimed)."""
+        if (not self.primed or force) and x.numel():
+            self.prime_amax(block_amax(x.detach(), TENSOR), force)
 
     @torch.no_grad()
-    def prime_amax(self, amax: torch.Tensor) -> None:
-        """``prime`` from a given finite amax (no-op once primed)."""
-        if self.primed:
+    def prime_amax(self, amax: torch.Tensor, force: bool = False) -> None:
+        """``prime`` from a given finite amax (no-op once primed, unless ``force``)."""
+        if self.primed and not force:
             return
         self._scale_from(amax.to(device=self.scale.device, dtype=torch.float32).reshape(()))
         self.primed = True

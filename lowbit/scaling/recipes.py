@@ -25,8 +25,9 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..dtypes.formats import Format, get_format
-from .blocks import ROW, TENSOR, Block, block_amax, block_any
+from ..dtypes.blocks import ROW, TENSOR, Block, block_amax, block_any, expand_scale
+from ..dtypes.formats import E2M1, Format, get_format
+from ..dtypes.quantize import pack_fp4, quantize
 from .scales import MX_RULES, amax_to_scale, mx_scale, nv_block_scale, nv_global_scale
 
 __all__ = ["ROLES", "Recipe", "FP8Recipe", "Delayed", "Current", "Rowwise", "Blockwise", "MX", "NV", "check_role"]
@@ -59,6 +60,22 @@ class Recipe:
 
     def scales(self, x: torch.Tensor, role: str, amax: Optional[torch.Tensor] = None):
         raise NotImplementedError
+
+    # ---- what the tensor subclasses ask for (FP8Tensor / FP4Tensor.from_float) -----------------
+    def fp8_parts(self, x: torch.Tensor, role: str, state=None, amax: Optional[torch.Tensor] = None):
+        """(codes, stored scales, block) of ``x`` for ``role``: ``q = cast(x / expand(scale))``."""
+        fmt = self.format(role)
+        block = self.granularity(role)
+        scale = self._fp8_scale(x, role, state, amax)
+        data = quantize(x, fmt, expand_scale(scale, x.shape, block))
+        return data, scale, block
+
+    def _fp8_scale(self, x, role, state, amax):
+        return self.scales(x, role, amax)
+
+    def makes_fp4(self, role: str) -> bool:
+        """Whether ``role``'s elements are E2M1 (FP4Tensor data)."""
+        return False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,6 +145,16 @@ class Delayed(FP8Recipe):
         raise TypeError("Delayed scaling reads its scale from a DelayedScalingState "
                         "(lowbit.scaling.DelayedScalingState); pass state= to from_float")
 
+    def _fp8_scale(self, x, role, state, amax):
+        """The state's scale (a copy), then ``state.update(amax of x)``; ``state``: a
+        ``DelayedScalingState``, or any object with a ``scale`` tensor and ``update(amax)``."""
+        if not (isinstance(getattr(state, "scale", None), torch.Tensor) and callable(getattr(state, "update", None))):
+            raise TypeError("Delayed scaling needs state=DelayedScalingState(recipe, fmt)")
+        scale = state.scale.detach().clone()
+        if x.numel():  # an empty tensor has no amax to record
+            state.update(block_amax(x, TENSOR) if amax is None else amax)
+        return scale
+
 
 @dataclass(frozen=True)
 class Rowwise(FP8Recipe):
@@ -156,10 +183,11 @@ class Blockwise(FP8Recipe):
         for name, v in (("act", self.act), ("weight", self.weight)):
             if len(tuple(v)) != 2:
                 raise ValueError(f"Blockwise.{name} must be (rows, cols), got {v!r}")
-            Block(*v)  # ValueError unless each size is a positive int or -1
+        # ValueError unless each size is a positive int or -1; built once (granularity is on the hot path)
+        object.__setattr__(self, "_blocks", (Block(*self.act), Block(*self.weight)))
 
     def granularity(self, role):
-        return Block(*self.weight) if check_role(role) == "weight" else Block(*self.act)
+        return self._blocks[check_role(role) == "weight"]
 
 
 @dataclass(frozen=True)
@@ -179,6 +207,7 @@ class MX(Recipe):
             raise ValueError(f"MX.scale_rule must be one of {MX_RULES}, got {self.scale_rule!r}")
         if self.block <= 0 or self.block % 2:
             raise ValueError(f"MX.block must be a positive even number, got {self.block}")
+        object.__setattr__(self, "_block", Block(1, self.block))  # built once: granularity is on the hot path
 
     @property
     def kind(self):
@@ -191,7 +220,7 @@ class MX(Recipe):
 
     def granularity(self, role):
         check_role(role)
-        return Block(1, self.block)
+        return self._block
 
     def scales(self, x, role, amax=None):
         """Power-of-two fp32 scales (E8M0 values), NaN for a block holding NaN."""
@@ -199,6 +228,23 @@ class MX(Recipe):
         if amax is None:
             amax = block_amax(x, blk)
         return mx_scale(amax, self.format(role), self.scale_rule, block_any(torch.isnan(x), blk))
+
+    def fp8_parts(self, x, role, state=None, amax=None):
+        """E8M0-stored scales (``scales`` gives them as fp32 powers of two)."""
+        data, scale, block = super().fp8_parts(x, role, state, amax)
+        return data, scale.to(torch.float8_e8m0fnu), block
+
+    def makes_fp4(self, role):
+        return self.format(role) is E2M1
+
+    def fp4_parts(self, x, role, generator=None, stochastic=None):
+        """(packed E2M1 codes, E8M0 block scales, tensor scale 1, block, "mx")."""
+        block = self.granularity(role)
+        s = self.scales(x, role)
+        codes = quantize(x, E2M1, expand_scale(s, x.shape, block), rounding="stochastic" if stochastic else "rne",
+                         generator=generator)
+        return pack_fp4(codes), s.to(torch.float8_e8m0fnu), torch.ones((), dtype=torch.float32, device=x.device), \
+            block, "mx"
 
 
 @dataclass(frozen=True)
@@ -220,15 +266,16 @@ class NV(Recipe):
     def __post_init__(self):
         if self.block != 16:
             raise ValueError(f"NV blocks are 16 elements (UE4M3 scale range), got {self.block}")
+        # (activation / gradient block, weight block), built once: granularity is on the hot path
+        object.__setattr__(self, "_blocks", (Block(1, self.block),
+                                             Block(self.block, self.block) if self.weight_2d else Block(1, self.block)))
 
     def format(self, role):
         check_role(role)
         return get_format("e2m1")
 
     def granularity(self, role):
-        if check_role(role) == "weight" and self.weight_2d:
-            return Block(self.block, self.block)
-        return Block(1, self.block)
+        return self._blocks[check_role(role) == "weight"]
 
     def scales(self, x, role, amax=None):
         """(block scales as fp32 UE4M3 values, NaN for a NaN block; fp32 global scale)."""
@@ -237,3 +284,18 @@ class NV(Recipe):
             amax = block_amax(x, blk)
         s_global = nv_global_scale(amax.amax() if amax.numel() else torch.zeros((), device=x.device))
         return nv_block_scale(amax, s_global, block_any(torch.isnan(x), blk)), s_global
+
+    def makes_fp4(self, role):
+        return True
+
+    def fp4_parts(self, x, role, generator=None, stochastic=None):
+        """(packed E2M1 codes, UE4M3 block scales, FP32 tensor scale, block, "nv"); codes of
+        ``x / fp32(s_block * s_global)``, stochastically rounded for gradients when ``sr_grads``
+        (unless ``stochastic`` says otherwise)."""
+        block = self.granularity(role)
+        s_block, s_global = self.scales(x, role)
+        if stochastic is None:
+            stochastic = self.sr_grads and role == "grad"
+        codes = quantize(x, E2M1, expand_scale(s_block * s_global, x.shape, block),
+                         rounding="stochastic" if stochastic else "rne", generator=generator)
+        return pack_fp4(codes), s_block.to(torch.float8_e4m3fn), s_global, block, "nv"

@@ -38,7 +38,7 @@ from torch import nn
 
 import lowbit
 import lowbit.distributed
-from lowbit.kernels.cast import quantize_fp8
+from lowbit.kernels import quantize_fp8
 from lowbit.scaling import Delayed
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -55,7 +55,8 @@ def test_nvfp4_stochastic_rounding_compiles_and_replays_eager_bit_for_bit():
 def test_compiled_graphs_call_the_custom_ops_and_eager_bypasses_them():
     """Under torch.compile the forward and backward graphs hold the lowbit custom ops (not the
     emulation traced through); eager mode runs their Python implementations without the custom-op
-    dispatch (``lowbit.nn.functional._call``), with the same results."""
+    dispatch (FP8: the ops' bodies ``fp8_forward`` / ``fp8_backward`` on the layer's own recipe and
+    state; FP4: ``ops.EAGER``), with the same results."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     from lowbit.nn import ops
@@ -75,14 +76,22 @@ def test_compiled_graphs_call_the_custom_ops_and_eager_bypasses_them():
         assert "aten.round" not in fw + bw  # no emulated quantization traced into the graphs
     calls = []
     real = dict(ops.EAGER)
+    fwd, bwd = ops.fp8_forward, ops.fp8_backward
     try:
         for name, fn in real.items():
             ops.EAGER[name] = lambda *a, fn=fn, name=name: calls.append(name) or fn(*a)
+        ops.fp8_forward = lambda *a: calls.append("fp8_forward") or fwd(*a)
+        ops.fp8_backward = lambda *a: calls.append("fp8_backward") or bwd(*a)
         m = _model(Delayed(history_len=4))
+        m(torch.randn(16, 32)).sum().backward()
+        m = _model(NV())
         m(torch.randn(16, 32)).sum().backward()
     finally:
         ops.EAGER.update(real)
-    assert calls.count("fp8_linear_fwd") == 2 and calls.count("fp8_linear_bwd") == 2
+        ops.fp8_forward, ops.fp8_backward = fwd, bwd
+    # eager FP8: the ops' bodies on the layer's own state (no custom op, no op-level wrapper); FP4: EAGER
+    assert calls.count("fp8_forward") == 2 and calls.count("fp8_backward") == 2
+    assert "fp8_linear_fwd" not in calls and calls.count("fp4_linear_fwd") == 2 and calls.count("fp4_linear_bwd") == 2
 
 
 def test_delayed_graphs_take_only_module_buffers_and_recompile_once_when_primed():

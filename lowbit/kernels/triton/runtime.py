@@ -12,6 +12,17 @@
 * Launch arithmetic: ``cdiv`` and ``next_pow2``, the formulas of ``triton.cdiv`` and
   ``triton.next_power_of_2`` in plain Python (theirs are ``constexpr_function`` wrappers, a few
   microseconds a call).
+* ``Launch``: one kernel launch of a plan (grid, constexprs and options fixed when the plan is
+  made), called with the runtime arguments only. Its first call goes through the JIT (compiling
+  and specialising as usual) and keeps the compiled kernel the JIT returns; later calls hand the
+  arguments straight to that kernel's launcher, as the JIT's own last step does (``run(grid,
+  stream, function, metadata, hooks, *args)``), skipping the per-call binding, specialisation key
+  and cache lookup. That is valid while every argument specialises as on the first call: the
+  plans that own launches are keyed by shape, strides, dtypes and 16-byte alignment of their
+  inputs, and allocate their own outputs (aligned), so it holds by construction. Triton's launch
+  hooks, when any is registered, get the JIT path. Under the interpreter every call is the JIT's.
+* ``store_dtype`` (what a GEMM writes under the interpreter) and ``autotune_choices`` (the
+  configurations autotuners chose, for benchmark reports).
 """
 from __future__ import annotations
 
@@ -21,7 +32,8 @@ import types
 
 import torch
 
-__all__ = ["interpreting", "runnable", "unwrap", "gpu", "capability", "sm_count", "cdiv", "next_pow2"]
+__all__ = ["interpreting", "runnable", "unwrap", "gpu", "capability", "sm_count", "cdiv", "next_pow2", "Launch",
+           "store_dtype", "autotune_choices"]
 
 
 # ---- the interpreter switch ------------------------------------------------------------------
@@ -97,3 +109,94 @@ def cdiv(x: int, y: int) -> int:
 def next_pow2(n: int) -> int:
     """The smallest power of two >= n for n >= 1 (0 for n = 0), as triton.next_power_of_2."""
     return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
+def store_dtype(out_dtype: torch.dtype) -> torch.dtype:
+    """What the GEMM kernels write: ``out_dtype``, or fp32 under the interpreter, whose fp32 -> bf16
+    cast truncates; torch then rounds that fp32 result to nearest even, as the GPU does."""
+    return torch.float32 if interpreting() else out_dtype
+
+
+def autotune_choices(tuners: dict) -> dict:
+    """``{"<name>(<tuning key>)": config}`` for every call the named autotuners have tuned."""
+    return {f"{name}{tuple(key)}": str(cfg) for name, tuner in tuners.items()
+            for key, cfg in getattr(tuner, "cache", {}).items()}
+
+
+# ---- launches of a plan -----------------------------------------------------------------------
+def _hooks():
+    """(enter, exit) launch hooks of triton, or (None, None) when none is registered."""
+    from triton import knobs
+    enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    if (enter is None or not getattr(enter, "calls", True)) and (exit_ is None or not getattr(exit_, "calls", True)):
+        return None, None
+    return enter, exit_
+
+
+class Launch:
+    """``kernel[grid](*args, **consts)`` for fixed ``grid`` and ``consts`` (constexprs and launch
+    options), ``args`` the kernel's leading runtime parameters (module docstring: the first call
+    is the JIT's, later ones go to the compiled kernel's launcher). ``kernel``: a JIT function,
+    or an autotuner (its first call tunes; later calls launch the configuration it chose);
+    ``grid``: a tuple, or a function of the meta-parameters (fixed once the configuration is)."""
+
+    __slots__ = ("kernel", "grid", "consts", "_fast", "_tail", "_stream", "_device")
+
+    def __init__(self, kernel, grid, **consts):
+        self.kernel, self.grid, self.consts = kernel, grid if callable(grid) else tuple(grid), consts
+        self._fast = None
+
+    def __call__(self, *args):
+        fast = self._fast
+        if fast is not None:
+            run, function, metadata = fast
+            hooks = _hooks()
+            if hooks[0] is None:
+                g = self.grid
+                return run(g[0], g[1] if len(g) > 1 else 1, g[2] if len(g) > 2 else 1, self._stream(self._device),
+                           function, metadata, None, None, None, *args, *self._tail)
+        return self._jit(args)
+
+    def _jit(self, args):
+        kernel = runnable(self.kernel)
+        if interpreting() or self._fast is not None:
+            return kernel[self.grid](*args, **self.consts)
+        if type(kernel).__name__ == "Autotuner":
+            kernel[self.grid](*args, **self.consts)  # tunes on first sight of its key, then launches
+            if kernel.best_config.pre_hook is None:  # (a pre-hook edits arguments per launch: JIT path)
+                self._adopt(kernel, args, {**self.consts, **kernel.best_config.all_kwargs()}, launched=True)
+            return None
+        self._adopt(kernel, args, self.consts, launched=False)
+        return None
+
+    def _adopt(self, kernel, args, consts: dict, launched: bool) -> None:
+        """Launch through the JIT unless ``launched``; keep the compiled kernel's launcher when every
+        parameter after the runtime ones is a constexpr given in ``consts`` (heuristics applied)
+        or defaulted: their values are then the launcher's fixed tail."""
+        jit = kernel
+        while type(jit).__name__ in ("Autotuner", "Heuristics"):
+            if type(jit).__name__ == "Heuristics":
+                named = {**dict(zip(jit.arg_names, args)), **consts}
+                consts = {**consts, **{v: h(named) for v, h in jit.values.items()}}
+            jit = jit.fn
+        if not launched:
+            compiled = jit.run(*args, grid=self.grid, warmup=False, **consts)
+        try:
+            if launched:  # compiled by the autotuner already: the JIT's cache returns it
+                compiled = jit.run(*args, grid=self.grid, warmup=True, **consts)
+            if hasattr(compiled, "result"):
+                compiled = compiled.result()
+            tail = []
+            for p in jit.params[len(args):]:
+                if not p.is_constexpr or not (p.name in consts or p.has_default):
+                    return
+                tail.append(consts[p.name] if p.name in consts else p.default)
+            from triton.runtime.driver import driver
+            if callable(self.grid):  # a grid of the configuration's meta-parameters: fixed from now on
+                self.grid = tuple(self.grid({**dict(zip(jit.arg_names, args)), **consts}))
+            self._tail = tuple(tail)
+            self._device = driver.active.get_current_device()
+            self._stream = driver.active.get_current_stream
+            self._fast = (compiled.run, compiled.function, compiled.packed_metadata)
+        except Exception:  # noqa: BLE001 - any surprise in triton's internals: keep the JIT path
+            self._fast = None

@@ -16,8 +16,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ...quantize_jit_helpers import _amax_to_scale, _finite_abs, _grid_round
-from ...quantize_jit_helpers import scan_spec as _scan_spec
+from ..jit_common import _amax_to_scale, _finite_abs, _grid_round
+from ..jit_common import scan_spec as _scan_spec
 
 BIG = 1 << 30
 

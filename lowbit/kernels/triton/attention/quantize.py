@@ -22,7 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ...quantize_jit_helpers import _amax_to_scale, _encode_fp8, _finite_abs
+from ..jit_common import _amax_to_scale, _encode_fp8, _finite_abs
 from .common import load_rows, rotation_block, scan_spec, seq_bounds
 
 __all__ = ["quantize_kernel", "SCAN_SPECS"]
