@@ -57,11 +57,11 @@ def gluon_unavailable(spec: GluonSpec, target: str):
 @functools.lru_cache(maxsize=None)
 def scan_gluon(spec: GluonSpec, target: str = "sm_90") -> Report:
     """Compile ``spec`` (PTX only) and scan it; cached per process (a compile takes seconds)."""
-    from .compile import _ptx_only
+    from .compile import _ptx_only, as_jit_function
     from .pristine import pristine_language
     mod = importlib.import_module(spec.module)
     modules = [v for v in vars(mod).values() if isinstance(v, types.ModuleType)]
-    with pristine_language(modules), _ptx_only():
+    with pristine_language(as_jit_function, modules), _ptx_only():
         compiled = getattr(mod, spec.helper)(**dict(spec.kwargs))
     return scan_ptx(compiled.asm["ptx"], kernel=spec.label, llir=compiled.asm.get("llir", ""), target="sm_90a",
                     enable_fp_fusion=True)

@@ -41,23 +41,19 @@ from __future__ import annotations
 import functools
 from typing import Optional
 
-import numpy as np
 import torch
 
 from ..dtypes.quantize import dequantize, quantize
 from ..nn.spec import decode
 from ..scaling.blocks import expand_scale
 from ..scaling.delayed import DelayedScalingState
+from .columns import COL, COLUMNS, WIDTH, saturation_limit
 from ..scaling.recipes import NV, Delayed
 from .registry import SESSIONS
 
 __all__ = ["COL", "COLUMNS", "WIDTH", "new_buffer", "reset_template", "record", "record_impl", "cast_scale",
            "reduce_into", "saturation_limit"]
 
-COLUMNS = ("nonfinite", "amax", "saturated", "underflow", "nonzero", "numel", "seq", "scale", "signal",
-           "noise", "calls")
-COL = {name: i for i, name in enumerate(COLUMNS)}
-WIDTH = len(COLUMNS)
 _SUMS = [COL[c] for c in ("nonfinite", "saturated", "underflow", "nonzero", "numel", "signal", "noise", "calls")]
 STAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -79,17 +75,6 @@ def new_buffer(n_slots: int, device) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=None)
-def saturation_limit(fmt) -> float:
-    """The largest ``|y|`` that round-to-nearest-even still puts on ``fmt``'s grid (at most
-    ``fmax``): ``fmax + ulp / 2`` when that tie rounds down to ``fmax`` (its mantissa is even),
-    the fp32 number below it when the tie rounds up (E5M2, E2M1). Above it, the cast saturates."""
-    ulp = 2.0 ** (fmt.emax - fmt.mbits)
-    lim = np.float32(fmt.max + ulp / 2)
-    if int(fmt.max / ulp) % 2:
-        lim = np.nextafter(lim, np.float32(0))
-    return float(lim)
-
-
 def cast_scale(x2d: torch.Tensor, recipe, role: str, scale: Optional[torch.Tensor], prime: bool):
     """(element scale broadcastable to ``x2d``, format) of the cast lowbit makes of ``x2d`` for
     ``role``: the delayed state's ``scale`` (or, on a cold start, the scale ``prime`` would set),

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from ..kernels.triton.runtime import cdiv, interpreting, runnable, sm_count
-from .stats import COL, saturation_limit
+from .columns import COL, saturation_limit
 
 __all__ = ["launch", "BLOCK"]
 

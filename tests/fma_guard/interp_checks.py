@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from conftest import load_fixture  # noqa: E402
+from fma_fixtures import load_fixture  # noqa: E402
 from lowbit.fma_guard import adversarial_scores, differential, guard  # noqa: E402
 
 SCALE, ROWS, COLS = 0.18033688, 4, 512

@@ -6,7 +6,7 @@ clean when compiled with ``enable_fp_fusion=False`` (what ``guard`` launches).
 """
 import pytest
 
-from conftest import fixture_cases, hazard_lines, load_fixture
+from fma_fixtures import fixture_cases, hazard_lines, load_fixture
 from lowbit.fma_guard import scan
 from lowbit.fma_guard.dataflow import is_contraction
 from lowbit.fma_guard.ptx import parse_ptx

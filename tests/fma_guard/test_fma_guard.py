@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import load_fixture
+from fma_fixtures import load_fixture
 from lowbit.fma_guard import adversarial_scores, differential, guard
 
 SCALE = 0.18033688
