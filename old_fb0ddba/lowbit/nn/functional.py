@@ -1,0 +1,112 @@
+"""``linear(x, weight, bias, recipe, state)``: ``y = x W^T + b`` with FP8/FP4 GEMMs in forward and backward.
+
+Forward: x and W are quantized by the recipe (roles "input", "weight") and multiplied by
+``lowbit.kernels.scaled_mm`` with fp32 accumulation; the bias is added to the fp32 accumulator,
+then ``y`` is rounded to x's dtype. Backward: the output gradient is quantized as role "grad"
+(E5M2 under the HYBRID FP8 recipes, E4M3 under Blockwise and MX, E2M1 with stochastic rounding
+for NVFP4) and ``dgrad = dY W``, ``wgrad = dY^T X`` go through ``scaled_mm`` as well, each operand quantized
+along the contraction dim of its own GEMM (see ``lowbit.nn.ops``). ``db = sum_tokens dY`` in fp32.
+
+Saved for backward, all in low precision: X^T quantized along the tokens (the wgrad operand; only
+when W needs a gradient) and W^T quantized along N (the dgrad operand; only when X needs one),
+with their scales. Neither X nor W is kept in high precision by this function (W is a parameter
+anyway). Tensorwise recipes save the transpose of the forward cast itself (same codes, same scale);
+the others save the transposed operand quantized from the high-precision tensor in the forward.
+
+Under ``torch.autocast``, x is cast to the autocast dtype first and y comes out in it.
+Inputs of any rank ``(..., K)`` are flattened to ``(M, K)``.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from . import ops as _ops  # (also registers torch.ops.lowbit.*)
+from .spec import effective_backend
+
+__all__ = ["linear"]
+
+
+def _call(name: str, *args):
+    """``torch.ops.lowbit.<name>(*args)`` under torch.compile (the custom op it traces), else the
+    op's Python implementation directly (``ops.EAGER``: the same function, without the custom-op
+    dispatch on the host)."""
+    if torch.compiler.is_compiling():
+        return getattr(torch.ops.lowbit, name)(*args)
+    return _ops.EAGER[name](*args)
+
+
+def _db(g: torch.Tensor, dtype: Optional[torch.dtype]):
+    return g.sum(0, dtype=torch.float32).to(dtype) if dtype is not None else None
+
+
+def _bias_grad_dtype(ctx, bias) -> Optional[torch.dtype]:
+    return bias.dtype if bias is not None and ctx.needs_input_grad[2] else None
+
+
+class _FP8Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, bias, recipe, backend, cold, n_state, *tensors):
+        state = list(tensors[:n_state])
+        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        y, *saved = _call("fp8_linear_fwd", x, w, bias, state[:4], recipe, backend, need_dw, need_dx,
+                          cold[0], cold[1])
+        ctx.save_for_backward(*saved)
+        # the grad-scaling buffers are updated in place by the backward op: held on ctx, not
+        # saved (a layer used twice per step would otherwise trip autograd's version check)
+        ctx.gstate = state[4:]
+        ctx.meta = (recipe, backend, x.dtype, w.dtype, need_dx, need_dw, _bias_grad_dtype(ctx, bias), cold[2])
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        recipe, backend, x_dtype, w_dtype, need_dx, need_dw, db_dtype, prime_g = ctx.meta
+        xd, xs, wd, ws = ctx.saved_tensors
+        dx, dw = _call("fp8_linear_bwd", g, xd, xs, wd, ws, ctx.gstate, recipe, backend, x_dtype, w_dtype,
+                       need_dx, need_dw, prime_g)
+        return (dx if need_dx else None, dw if need_dw else None, _db(g, db_dtype), None, None, None, None,
+                *([None] * (len(ctx.needs_input_grad) - 7)))
+
+
+class _FP4Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, bias, recipe, backend, seed, signs, step):
+        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        y, *saved = _call("fp4_linear_fwd", x, w, bias, signs, recipe, backend, need_dw, need_dx)
+        ctx.save_for_backward(*saved)
+        ctx.signs, ctx.step = signs, step  # step is advanced in place by the backward op
+        ctx.meta = (recipe, backend, seed, x.dtype, w.dtype, need_dx, need_dw, _bias_grad_dtype(ctx, bias))
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        recipe, backend, seed, x_dtype, w_dtype, need_dx, need_dw, db_dtype = ctx.meta
+        xq, xs, xg, wq, ws, wg = ctx.saved_tensors
+        dx, dw = _call("fp4_linear_bwd", g, xq, xs, xg, wq, ws, wg, ctx.signs, ctx.step, seed, recipe, backend,
+                       x_dtype, w_dtype, need_dx, need_dw)
+        return dx if need_dx else None, dw if need_dw else None, _db(g, db_dtype), None, None, None, None, None
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], state, backend: str = "auto"):
+    """``x W^T + b`` under ``state.recipe`` (``state``: a ``lowbit.nn.LinearState``)."""
+    dev = x.device.type
+    # (not torch.amp.is_autocast_available: Dynamo of torch 2.11 cannot trace it, a graph break
+    # per layer; is_autocast_enabled of these two device types it folds to a constant)
+    if dev in ("cuda", "cpu") and torch.is_autocast_enabled(dev):
+        x = x.to(torch.get_autocast_dtype(dev))
+    lead, K = x.shape[:-1], x.shape[-1]
+    x2 = x.reshape(-1, K)
+    backend = effective_backend(backend, x.device.type)
+    if state.kind == "fp4":
+        y = _FP4Linear.apply(x2, weight, bias, state.recipe_key, backend, state.seed, state.signs(), state.sr_step)
+    else:
+        tensors = state.tensors()
+        cold = state.cold_start()
+        # the grad is primed by the backward of this step, which runs only if autograd records it
+        records = torch.is_grad_enabled() and (x2.requires_grad or weight.requires_grad
+                                               or (bias is not None and bias.requires_grad))
+        cold = (cold[0], cold[1], cold[2] and records)
+        y = _FP8Linear.apply(x2, weight, bias, state.recipe_key, backend, cold, len(tensors), *tensors)
+        state.mark_primed(cold)
+    return y.reshape(*lead, y.shape[-1])
