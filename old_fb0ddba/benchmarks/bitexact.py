@@ -19,7 +19,8 @@ Only public API that every tree of the layout change has: ``lowbit.kernels.quant
 * a converted Linear, forward and backward over three steps, for every format (output, both
   gradients, the delayed-scaling buffers).
 
-Prints ``case digest`` lines as it goes and writes ``DIR/bitexact.json`` ({case: digest}); a case
+Prints ``case digest`` lines as it goes and keeps ``DIR/bitexact.json`` ({case: digest}) written
+after every case (a run cut short compares on the cases it reached); a case
 that raises records its error instead. Two trees agree when their JSON files are equal.
 """
 from __future__ import annotations
@@ -81,6 +82,12 @@ def main():
     dev = torch.device(args.device)
     small = dev.type == "cpu"  # the interpreter: smaller shapes
     out, t0 = {}, time.time()
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "bitexact.json")
+
+    def save():
+        with open(path, "w") as f:
+            json.dump(out, f, indent=0, sort_keys=True)
 
     def case(name, fn):
         try:
@@ -89,6 +96,7 @@ def main():
             d = f"error: {type(e).__name__}: {str(e)[:200]}"
         out[name] = d
         print(f"{name:60s} {d}", flush=True)
+        save()  # after every case: a run cut short still compares on the cases it reached
 
     shapes = [(256, 512), (37, 300), (40, 8200)] if not small else [(64, 256), (37, 300)]
     for fmt, make in FORMATS.items():
@@ -185,10 +193,7 @@ def main():
             return digest(*parts)
         case(f"linear fwd+bwd x3 {fmt}", linear)
 
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "bitexact.json")
-    with open(path, "w") as f:
-        json.dump(out, f, indent=0, sort_keys=True)
+    save()
     errors = [k for k, v in out.items() if v.startswith("error")]
     print(f"\n{len(out)} cases, {len(errors)} errors, {time.time() - t0:.0f} s; {path}")
 
