@@ -4,8 +4,11 @@
 ``INTERPRET`` under ``TRITON_INTERPRET=1`` (small tiles, so tests at a few dozen tokens still
 cross tiles). ``override(**fields)`` replaces fields for the calls inside a ``with`` block (a
 context variable: benchmarks/attention.py --sweep times several configurations in one run).
-The backward's dS tiles are ``bwd_block_m x bwd_block_n`` in both backward kernels, so both
-round dS with the same per-tile scales; every tile is clipped to the recipe's scale block.
+Backward tiles: the dK/dV kernel owns ``dkdv_block_n`` keys and steps over ``dkdv_block_m``
+queries (the width of the dS rows its dK product rounds with one scale); the dQ kernel owns
+``dq_block_m`` queries and steps over ``dq_block_n`` keys (likewise for dQ). A program's rows are
+16 a warp (``rows = 16 * warps``) so that each warp group owns 64 rows and the row reductions
+stay inside warps. Every tile is clipped to the recipe's scale block.
 """
 from __future__ import annotations
 
@@ -23,11 +26,13 @@ class AttentionTuning:
     fwd_block_n: int = 128
     fwd_warps: int = 8
     fwd_stages: int = 3
-    bwd_block_m: int = 64
-    bwd_block_n: int = 64
-    dkdv_warps: int = 8
+    dkdv_block_n: int = 64
+    dkdv_block_m: int = 64
+    dkdv_warps: int = 4
     dkdv_stages: int = 2
-    dq_warps: int = 8
+    dq_block_m: int = 64
+    dq_block_n: int = 64
+    dq_warps: int = 4
     dq_stages: int = 2
     quant_chunk: int = 64
     quant_warps: int = 4
@@ -43,8 +48,9 @@ TABLE = {
     128: AttentionTuning(),
     256: AttentionTuning(fwd_block_m=64, fwd_block_n=64, fwd_stages=2, dkdv_stages=1, dq_stages=1, quant_chunk=32),
 }
-INTERPRET = AttentionTuning(fwd_block_m=32, fwd_block_n=32, fwd_warps=4, fwd_stages=1, bwd_block_m=32,
-                            bwd_block_n=32, dkdv_warps=4, dkdv_stages=1, dq_warps=4, dq_stages=1, quant_chunk=128)
+INTERPRET = AttentionTuning(fwd_block_m=32, fwd_block_n=32, fwd_warps=4, fwd_stages=1, dkdv_block_n=32,
+                            dkdv_block_m=32, dkdv_stages=1, dq_block_m=32, dq_block_n=32, dq_stages=1,
+                            quant_chunk=128)
 
 _OVERRIDE: contextvars.ContextVar = contextvars.ContextVar("lowbit_attention_tuning", default=None)
 
@@ -62,11 +68,12 @@ def tuning_for(dp: int, interpret: bool) -> AttentionTuning:
 
 
 def kernel_tiles(head_dim: int, recipe, interpret: bool):
-    """(forward block_n, backward block_m, backward block_n) of a call with this QK head dim, clipped
-    to ``recipe``'s scale block: what the emulation needs to round P and dS as the kernels do."""
+    """(forward block_n, dK/dV kernel block_m, dQ kernel block_n) of a call with this QK head dim,
+    clipped to ``recipe``'s scale block: the forward's key blocks (its running max) and the widths
+    of the dS rows the backward rounds with one scale, which the emulation needs."""
     tune = tuning_for(padded_dim(head_dim), interpret)
-    bm, bn = recipe.tiles(tune.bwd_block_m, tune.bwd_block_n)
-    return recipe.tiles(tune.fwd_block_m, tune.fwd_block_n)[1], bm, bn
+    return (recipe.tiles(tune.fwd_block_m, tune.fwd_block_n)[1], recipe.tiles(1, tune.dkdv_block_m)[1],
+            recipe.tiles(1, tune.dq_block_n)[1])
 
 
 @contextlib.contextmanager
