@@ -145,11 +145,16 @@ def e4m3_scale(amax):
 
 
 @triton.jit
-def quantize_tile(x, INTERPRET: tl.constexpr):
-    """(E4M3 codes of ``x * RN(1 / s)``, s) for an fp32 tile with one scale ``s = amax / 448``
-    (``e4m3_scale``; NaN if it holds inf/NaN): the numbers of the quantize pass."""
+def tile_amax(x):
+    """(max |x| over the finite entries, 1 if x holds inf/NaN else 0) of a 2-D tile."""
     amax = tl.max(tl.max(finite_abs(x), 1), 0)
-    bad = tl.max(tl.max(tl.where(tl.abs(x) < float("inf"), 0, 1), 1), 0)
+    return amax, tl.max(tl.max(tl.where(tl.abs(x) < float("inf"), 0, 1), 1), 0)
+
+
+@triton.jit
+def quantize_tile(x, amax, bad, INTERPRET: tl.constexpr):
+    """(E4M3 codes of ``x * RN(1 / s)``, s) with the scale ``s = e4m3_scale(amax)`` of a block whose
+    ``tile_amax`` is (amax, bad) (NaN if it holds inf/NaN): the numbers of the quantize pass."""
     s = tl.where(bad > 0, float("nan"), e4m3_scale(amax))
     return fp8_codes(x * tl.div_rn(1.0, s), 448.0, INTERPRET), s
 

@@ -204,7 +204,7 @@ def attention_fwd(q, k, v, *, causal: bool, window, scale: float, recipe: Attent
     interp = interpreting()
     rot = recipe.rotation(geo.d, q.device)
     bm, bn = recipe.tiles(tune.fwd_block_m, tune.fwd_block_n)
-    fuse_q = recipe.block == bm and (rot is None or geo.dp <= 128) and _tma_ok(q)  # Q's scale block is the tile
+    fuse_q = recipe.block in (bm, 2 * bm) and (rot is None or geo.dp <= 128) and _tma_ok(q)  # a tile: 1 or 1/2 block
     kc, _, sk, _ = _quantize(k, geo, geo.hkv, geo.s_k, geo.spk, geo.nbk, recipe, tune, cu, cu_pad, rotation=rot)
     _, vt, sv, _ = _quantize(v, geo, geo.hkv, geo.s_k, geo.spk, geo.nbk, recipe, tune, cu, cu_pad, natural=False,
                              transposed=True)
@@ -228,7 +228,8 @@ def attention_fwd(q, k, v, *, causal: bool, window, scale: float, recipe: Attent
         geo.s_q, geo.s_k, geo.spq, geo.spk, geo.hq, geo.hkv, geo.nbq, geo.nbk, geo.d, geo.dv, c, lo, hi,
         DP=geo.dp, DVP=geo.dvp, BLOCK_M=bm, BLOCK_N=bn, SB=recipe.block, VARLEN=geo.varlen, FUSE_Q=fuse_q,
         X_LAYOUT=x_layout, ROTATE=fuse_q and rot is not None, R_IEEE=_ieee_rotation(q), INTERPRET=interp,
-        num_warps=tune.fwd_warps, num_stages=tune.fwd_stages)
+        num_warps=tune.fwd_warps, num_stages=tune.fwd_stages,
+        **({} if tune.fwd_maxnreg is None or interp else dict(maxnreg=tune.fwd_maxnreg)))
     return (out.to(q.dtype) if interp else out), lse
 
 

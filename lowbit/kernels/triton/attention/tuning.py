@@ -16,6 +16,7 @@ import contextlib
 import contextvars
 import dataclasses
 from dataclasses import dataclass
+from typing import Optional
 
 __all__ = ["AttentionTuning", "TABLE", "INTERPRET", "tuning_for", "kernel_tiles", "padded_dim", "override"]
 
@@ -26,6 +27,7 @@ class AttentionTuning:
     fwd_block_n: int = 128
     fwd_warps: int = 8
     fwd_stages: int = 3
+    fwd_maxnreg: Optional[int] = None  # a register cap (ptxas), e.g. 168: three 4-warp CTAs an SM
     dkdv_block_n: int = 64
     dkdv_block_m: int = 64
     dkdv_warps: int = 4
