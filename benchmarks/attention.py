@@ -70,12 +70,13 @@ FWD_SWEEP = [dict(fwd_block_m=m, fwd_block_n=n, fwd_warps=w, fwd_stages=s, fwd_m
              for m, n, w, s, r in [(128, 128, 8, 3, None), (128, 128, 8, 2, None), (64, 128, 4, 2, None),
                                    (64, 128, 4, 3, None), (64, 64, 4, 3, 168), (128, 64, 8, 3, None)]]
 # Backward: dK/dV kernel (keys a program, queries a step, warps, stages), dQ kernel (queries a
-# program, keys a step, warps, stages); rows = 16 a warp.
+# program, keys a step, warps, stages); rows = 16 a warp. 128-row programs: 1 CTA an SM, half the
+# L2 traffic of 64-row ones (2 CTAs an SM).
 BWD_SWEEP = [dict(dkdv_block_n=kn, dkdv_block_m=km, dkdv_warps=kw, dkdv_stages=ks, dq_block_m=qm, dq_block_n=qn,
                   dq_warps=qw, dq_stages=qs)
-             for kn, km, kw, ks, qm, qn, qw, qs in [(64, 64, 4, 2, 64, 64, 4, 2), (128, 64, 8, 2, 128, 64, 8, 2),
-                                                    (64, 32, 4, 2, 64, 128, 4, 2), (64, 64, 4, 1, 64, 64, 4, 3),
-                                                    (128, 32, 8, 2, 64, 32, 4, 3), (64, 32, 4, 3, 128, 32, 8, 3)]]
+             for kn, km, kw, ks, qm, qn, qw, qs in [(128, 64, 8, 2, 128, 64, 8, 2), (64, 64, 4, 2, 64, 64, 4, 2),
+                                                    (128, 64, 8, 3, 128, 64, 8, 3), (128, 32, 8, 3, 64, 128, 4, 2),
+                                                    (64, 32, 4, 3, 128, 32, 8, 2), (128, 64, 8, 1, 64, 64, 4, 3)]]
 AGREE = 2e-3  # kernels vs the emulation with the accumulator model, relative L2 per part
 PARTS = ("out", "dq", "dk", "dv")
 DEV = "cuda"

@@ -189,7 +189,14 @@ def triton_support(q: torch.Tensor) -> Optional[str]:
     return None
 
 
+MIN_TILE = 32  # FP8 wgmma sums 32 products an instruction: every product's summed tile is >= 32
+
+
 def _setup(q, k, v, recipe, cu_seqlens, max_seqlen):
+    if recipe.block and recipe.block < MIN_TILE and not interpreting():
+        raise ValueError(f"AttentionRecipe(block={recipe.block}): the Triton kernels' tiles are clipped to the "
+                         f"scale block and FP8 tensor-core products need tiles of >= {MIN_TILE}; use block >= "
+                         f"{MIN_TILE} (or 0) or the torch backend")
     cu = cu_pad = None
     geo = _geometry(q, k, v, recipe, cu_seqlens, max_seqlen)
     if cu_seqlens is not None:
