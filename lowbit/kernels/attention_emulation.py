@@ -2,7 +2,7 @@
 compute, up to the order of fp32 accumulation and the last bits of ``exp2``, with every product of
 E4M3 codes summed exactly (``accumulator=None``: what the interpreter computes) or by a model of
 the tensor cores' accumulator (``accumulator=lowbit.validate.metrics.HOPPER_FP8``: what an
-H100/H200 computes, ``_tensor_core_mm``).
+H100/H200 computes, ``tensor_core_mm``).
 
 Layout (B, H, S, D) for one batch of equal-length sequences (varlen callers split the packed
 sequences and call these once per sequence). Notation (``lowbit.scaling.attention`` has the

@@ -162,9 +162,9 @@ def quantize_tile(x, amax, bad, INTERPRET: tl.constexpr):
 @triton.jit
 def quantize_rows(x, INTERPRET: tl.constexpr):
     """(E4M3 codes of ``x * RN(1 / s_r)``, s_r) for an fp32 tile with one scale per row,
-    ``s_r = e4m3_scale(amax_r)`` (a row holding inf gets a NaN scale, one holding
-    NaN NaN codes there, so every product the row enters is NaN, never a clip). The row's amax is
-    a reduction inside one warp when a warp holds the row (the attention kernels' MMA layouts)."""
+    ``s_r = e4m3_scale(amax_r)``. A row holding inf gets a NaN scale and a NaN gets a NaN code, so
+    every product such a row enters is NaN, never a clip. The row's amax is a reduction inside one
+    warp when a warp holds the row (the attention kernels' MMA layouts)."""
     amax = tl.max(tl.abs(x), 1)
     s = tl.where(amax < float("inf"), e4m3_scale(amax), float("nan"))
     return fp8_codes(x * tl.div_rn(1.0, s)[:, None], 448.0, INTERPRET), s

@@ -9,20 +9,19 @@ scales ``sk``, ``sv``; ``g = sq * scale * log2(e) / hb`` for this query tile):
     s = Q K^T                          raw, in the tensor cores (head dim <= 256 summed there)
     m' = max(m, rowmax(s) * sk)        running max (in units of 1 / g), from the raw scores' max
     r = max(rowmax(s), m' * (1/sk))    m' as a raw score; the max makes s - r <= 0 by construction
-    p = exp2((s - r) * (sk g))         subtract, then multiply: nothing to contract into the max
+    p = exp2((s - r) * (sk g))         subtract first: no fma can fuse the max into the product
     alpha = exp2((m - m') g);  l = l alpha + rowsum(p)
     acc = acc alpha + (E4M3(256 p) V) * (sv / 256)    each block's product starts from zero and
                                                       is added in fp32: promotion every BLOCK_N keys
 
-(256 p is made as ``exp2((s - r) (sk g) + 8)``, and l and acc are kept 256 times larger: the same
-numbers, one multiplication an element fewer.)
+(256 p is made as ``exp2((s - r) (sk g) + 8)``, the 8 added after the product, and l and acc are
+kept 256 times larger: the same numbers, one multiplication an element fewer.)
 
 Blocks are visited from the last to the first (the diagonal first when causal): a row's P is
 rounded against the running max of the keys after it, so a large score early in the sequence
 (an attention sink) cannot push the later keys' P below E4M3's range. Blocks that hold masked
 pairs (diagonal, window edges, the ragged end) apply the mask (a flag of the one loop); the others
-do not. A row with
-no visible key ends with ``l = 0``: its output is 0 and its lse ``-inf``.
+do not. A row with no visible key ends with ``l = 0``: its output is 0 and its lse ``-inf``.
 
 Writes O (the caller's layout and dtype; fp32 under the interpreter, whose bf16 cast truncates)
 and ``lse = m g + log2(l)`` (log2 units, ``(Z, H, SP)``) for the backward.

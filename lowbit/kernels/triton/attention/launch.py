@@ -38,6 +38,7 @@ __all__ = ["attention_fwd", "attention_bwd", "triton_support", "window_offsets"]
 
 LOG2E = 1.4426950408889634
 PAD_MIN = 128
+MIN_TILE = 32  # FP8 wgmma sums 32 products an instruction: every product's summed tile is >= 32
 
 
 @dataclass(frozen=True)
@@ -187,9 +188,6 @@ def triton_support(q: torch.Tensor) -> Optional[str]:
     if q.device.type == "cuda" and capability(q.device) < (9, 0):
         return f"the kernels need sm_90+ (TMA, FP8 wgmma), this GPU is sm_{''.join(map(str, capability(q.device)))}"
     return None
-
-
-MIN_TILE = 32  # FP8 wgmma sums 32 products an instruction: every product's summed tile is >= 32
 
 
 def _setup(q, k, v, recipe, cu_seqlens, max_seqlen):

@@ -3,7 +3,7 @@
 ``tuning_for(dp, dvp)`` gives the ``AttentionTuning`` a launch uses: the table below on the GPU,
 ``INTERPRET`` under ``TRITON_INTERPRET=1`` (small tiles, so tests at a few dozen tokens still
 cross tiles). ``override(**fields)`` replaces fields for the calls inside a ``with`` block (a
-context variable: benchmarks/attention.py --sweep times several configurations in one run).
+context variable: benchmarks/attention.py times its list of tilings in one run).
 Backward tiles: the dK/dV kernel owns ``dkdv_block_n`` keys and steps over ``dkdv_block_m``
 queries (the width of the dS rows its dK product rounds with one scale); the dQ kernel owns
 ``dq_block_m`` queries and steps over ``dq_block_n`` keys (likewise for dQ). A program's rows are
