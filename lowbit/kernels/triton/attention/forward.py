@@ -33,6 +33,7 @@ import triton.language as tl
 
 from .common import (block_scale, fp8_codes, fp8_dot, program_coords, quantize_tile, rotate, scan_spec, tile_amax,
                      tile_range, visible)
+from .tuning import TABLE
 
 __all__ = ["attention_fwd_kernel", "SCAN_SPECS"]
 
@@ -139,13 +140,16 @@ _SIG = {"SQ": "*fp32", "SK": "*fp32", "SV": "*fp32", "O": "*bf16", "LSE": "*fp32
                                            "HKV", "NBQ", "NBK", "D", "DV", "lo_off", "hi_off")}}
 
 
-def _spec(dp, dvp, bm, bn, warps, stages):
-    sig = dict(_SIG, q_desc=f"tensordesc<fp8e4nv[{bn}, {dp}]>", k_desc=f"tensordesc<fp8e4nv[{bn}, {dp}]>",
+def _spec(dp, dvp, tune):
+    """The forward's spec for ``tune`` (``tuning.AttentionTuning``) at padded head dims dp, dvp, with Q
+    fused from a (B, S, H, D) input, as a Hugging Face model passes it (the default recipe's block)."""
+    bm, bn = tune.fwd_block_m, tune.fwd_block_n
+    sig = dict(_SIG, q_desc=f"tensordesc<fp8e4nv[{bm}, {dp}]>", k_desc=f"tensordesc<fp8e4nv[{bn}, {dp}]>",
                vt_desc=f"tensordesc<fp8e4nv[{dvp}, {bn}]>", x_desc=f"tensordesc<bf16[1, {bm}, 1, {dp}]>",
                r_desc=f"tensordesc<bf16[{dp}, {dp}]>")
-    cx = dict(stride_od=1, DP=dp, DVP=dvp, BLOCK_M=bm, BLOCK_N=bn, SB=128, VARLEN=False, FUSE_Q=True, X_LAYOUT=1,
-              ROTATE=False, R_IEEE=False, INTERPRET=False)
-    return scan_spec(attention_fwd_kernel, sig, cx, warps, stages)
+    cx = dict(stride_od=1, DP=dp, DVP=dvp, BLOCK_M=bm, BLOCK_N=bn, SB=128, VARLEN=False, FUSE_Q=128 in (bm, 2 * bm),
+              X_LAYOUT=1, ROTATE=False, R_IEEE=False, INTERPRET=False)
+    return scan_spec(attention_fwd_kernel, sig, cx, tune.fwd_warps, tune.fwd_stages)
 
 
-SCAN_SPECS = (_spec(128, 128, 128, 128, 8, 3),)
+SCAN_SPECS = (_spec(128, 128, TABLE[128]),)
