@@ -1,34 +1,39 @@
 """Attention benchmark (H200): lowbit's FP8 attention against bf16 SDPA (cuDNN and flash) in one run.
 
-    python benchmarks/attention.py --out DIR [--quick] [--sweep | --llama] [--budget SECONDS]
+    python benchmarks/attention.py --out DIR [--quick] [--llama] [--budget SECONDS]
 
-Correctness first (the run goes on after a failed check, and the check says so in its row):
+One call answers everything (``--quick``: about 3-4 minutes on an H200 with compilation, within
+``--budget``, default 270 s quick / 560 s full; what does not fit is skipped and says so):
 
-* small shapes, outlier inputs (N(0, 1), 0.1% of values 20x, bf16): the kernels against the exact
-  emulation on the GPU (relative L2, forward and the three gradients; they compute the same
-  numbers up to fp32 summation order) and against float64 (within 1.25x of the plain per-head
-  E4M3 baseline, tests/attention/attention_reference.py): causal, GQA, window, packed sequences,
-  ragged lengths, head dims 64 / 128 / 256 / 192 with 128 (``--quick``: the dense hd128 cases);
-* long context: one causal head, S = 4k, 16k, 64k (quick: 4k, 32k), the output's error against
-  fp32 SDPA (memory-efficient backend) and its growth from the shortest to the longest;
-* every timed shape: the output and gradients against bf16 SDPA's.
+1. Checks (the run goes on after a failed one, and its row says so). Small shapes, outlier inputs
+   (N(0, 1), 0.1% of values 20x, bf16), the Triton kernels against the torch emulation on the same
+   GPU, one row per tensor part (out, dq, dk, dv): against the emulation with the Hopper
+   accumulator model (``accumulator=lowbit.validate.metrics.HOPPER_FP8``: 14 bits, truncation, in
+   groups of 32; must agree within ``AGREE``), against the exact-sum emulation (the interpreter's
+   numbers; informative), the model's own effect (emulation with the model vs without), and the
+   error against float64 over the plain per-head E4M3 baseline's (must be <= 1.25). The shapes:
+   causal, GQA, window (``--quick``: the dense hd128 ones; full: also packed sequences, ragged
+   lengths, head dims 64 / 256 / 192 with 128). Then the accumulator model itself against cuBLAS
+   ``_scaled_mm(use_fast_accum=True)`` on E4M3 codes of K = 128 (the scores' chain): the fraction
+   of outputs equal to the model's bit for bit. Long context: one causal head, S = 4k, 32k (full:
+   4k, 16k, 64k), the output's error against fp32 SDPA and its growth (target <= 1.5).
+2. Timing (``QUICK`` / ``FULL`` shapes): forward and forward + backward through autograd, each
+   captured in a CUDA graph and the replay timed with do_bench (median), lowbit and the anchors
+   alike (do_bench of the call when capture fails, and the row says so). TFLOP/s count the useful
+   products: forward ``4 B Hq Sq Sk D`` (Dqk + Dv for unequal head dims), halved when causal;
+   forward + backward 3.5x that, backward alone 2.5x. Ratios: anchor time / lowbit time, anchor
+   cuDNN (flash where cuDNN fails); outputs and gradients against the anchor's.
+3. Profile: one forward + backward at the headline shape (``QUICK[0]``) under ``torch.profiler``:
+   device ms per kernel name (``common.kernel_profile``).
+4. Tilings (``tuning.override``) at the headline shape (full: also the non-causal one): each forward
+   configuration of ``FWD_SWEEP`` graph-timed, each backward configuration of ``BWD_SWEEP`` profiled
+   per kernel (the dK/dV and the dQ kernels are separate, so the best of each is read off its own
+   rows), each checked against the default tiling first; ``BEST`` rows name the fastest.
 
-Timing: each call (forward; forward + backward through autograd) is captured in a CUDA graph and
-the replay timed with do_bench (median), for lowbit and the anchors alike (no Python launch gaps;
-falls back to do_bench of the call when capture fails, and says so). TFLOP/s count the useful
-products: forward ``4 B Hq Sq Sk D`` (Dqk + Dv for unequal head dims), halved when causal;
-forward + backward 3.5x that. Ratios are anchor time / lowbit time, anchor cuDNN (flash where
-cuDNN fails). Rows go to DIR/results.csv (``benchmarks.common.result_row``); JSON to
-DIR/attention.json; the table prints last.
-
-``--sweep``: the forward and backward tilings of ``lowbit.kernels.triton.attention.tuning`` (a
-list below) timed at hd128 S4096, causal GQA and non-causal, each checked against the default
-tiling's output first; prints the fastest, from which the tuning table's defaults are set.
-``--llama``: a Hugging Face Llama training step (8 layers of Llama-3-8B shape, 2 x 4096 tokens,
-eager) in bf16, lowbit fp8, lowbit fp8 + FP8 attention and bf16 + FP8 attention (about 3 minutes).
-``--quick``: hd128 only (the headline shapes), expect about 3-4 minutes on an H200 with
-compilation; the full run adds S 1k-32k, head dims 64 / 256 / 192, sliding windows and packed
-sequences (about 8-10 minutes). ``--cpu-smoke`` runs this script on the CPU under the
+Rows go to DIR/results.csv (``benchmarks.common.result_row``), everything to DIR/attention.json;
+the table prints last. ``--llama``: a Hugging Face Llama training step instead (8 layers of
+Llama-3-8B shape, 2 x 4096 tokens, eager) in bf16, lowbit fp8, lowbit fp8 + FP8 attention and bf16
++ FP8 attention (about 3 minutes). ``--cpu-smoke`` runs this script on the CPU under the
 interpreter at tiny shapes (checks the plumbing, measures nothing).
 """
 from __future__ import annotations
@@ -46,8 +51,8 @@ if "--cpu-smoke" in sys.argv:
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from benchmarks.common import (append_results, bench_ms, env_info, graph_ms, guarded, parse_args,  # noqa: E402
-                               print_table, result_row, write_json)
+from benchmarks.common import (append_results, bench_ms, env_info, graph_ms, guarded, kernel_profile,  # noqa: E402
+                               parse_args, print_table, result_row, write_json)
 
 WORKLOAD = "attention"
 # (B, Hq, Hkv, S, D, Dv, causal, window)
@@ -57,13 +62,23 @@ FULL = QUICK + [(8, 32, 8, 1024, 128, 128, True, None), (2, 32, 8, 8192, 128, 12
                 (1, 32, 8, 32768, 128, 128, True, None), (4, 32, 32, 4096, 64, 64, True, None),
                 (2, 16, 16, 4096, 256, 256, True, None), (2, 16, 16, 4096, 192, 128, True, None),
                 (1, 32, 8, 16384, 128, 128, True, 4096)]
-SWEEP_SHAPES = [(2, 32, 8, 4096, 128, 128, True, None), (4, 32, 32, 4096, 128, 128, False, None)]
-FWD_SWEEP = [dict(fwd_block_m=m, fwd_block_n=n, fwd_warps=w, fwd_stages=s)
-             for m, n, w, s in [(128, 128, 8, 3), (128, 128, 8, 2), (128, 128, 8, 4), (128, 64, 8, 3), (128, 64, 4, 3),
-                                (64, 128, 4, 3), (64, 64, 4, 4)]]
-BWD_SWEEP = [dict(bwd_block_m=m, bwd_block_n=n, dkdv_warps=w, dkdv_stages=s, dq_warps=w2, dq_stages=s2)
-             for m, n, w, s, w2, s2 in [(64, 64, 8, 2, 8, 2), (64, 64, 4, 2, 4, 2), (64, 64, 8, 3, 8, 3),
-                                        (64, 128, 8, 2, 8, 2), (128, 64, 8, 2, 8, 2), (32, 64, 4, 2, 4, 2)]]
+SWEEP_SHAPES = [QUICK[0], QUICK[1]]  # quick: the first only
+# Forward: (block_m, block_n, warps, stages, register cap). 64-row tiles are one warp group each (2
+# CTAs an SM at triton 3.6's 205-243 registers, 3 with 64 x 64 tiles capped at 168, which spills
+# nothing); 128-row tiles two warp groups sharing K and V (1 CTA an SM).
+FWD_SWEEP = [dict(fwd_block_m=m, fwd_block_n=n, fwd_warps=w, fwd_stages=s, fwd_maxnreg=r)
+             for m, n, w, s, r in [(128, 128, 8, 3, None), (128, 128, 8, 2, None), (64, 128, 4, 2, None),
+                                   (64, 128, 4, 3, None), (64, 64, 4, 3, 168), (128, 64, 8, 3, None)]]
+# Backward: dK/dV kernel (keys a program, queries a step, warps, stages), dQ kernel (queries a
+# program, keys a step, warps, stages); rows = 16 a warp. 128-row programs: 1 CTA an SM, half the
+# L2 traffic of 64-row ones (2 CTAs an SM).
+BWD_SWEEP = [dict(dkdv_block_n=kn, dkdv_block_m=km, dkdv_warps=kw, dkdv_stages=ks, dq_block_m=qm, dq_block_n=qn,
+                  dq_warps=qw, dq_stages=qs)
+             for kn, km, kw, ks, qm, qn, qw, qs in [(128, 64, 8, 2, 128, 64, 8, 2), (64, 64, 4, 2, 64, 64, 4, 2),
+                                                    (128, 64, 8, 3, 128, 64, 8, 3), (128, 32, 8, 3, 64, 128, 4, 2),
+                                                    (64, 32, 4, 3, 128, 32, 8, 2), (128, 64, 8, 1, 64, 64, 4, 3)]]
+AGREE = 2e-3  # kernels vs the emulation with the accumulator model, relative L2 per part
+PARTS = ("out", "dq", "dk", "dv")
 DEV = "cuda"
 
 
@@ -91,10 +106,14 @@ class Run:
         self.rows.append({"shape": what, "variant": "-", "note": "skipped: time budget"})
         return True
 
-    def record(self, shape, variant, metric, value, anchor="", ratio=None, **extra):
+    def record(self, shape, variant, metric, value, anchor="", ratio=None, more=None, **extra):
+        """One table row (``extra``: its other columns) and its results.csv rows: ``metric`` and each
+        of ``more`` ({metric: value}, shown as columns of the same table row)."""
+        more = more or {}
         self.rows.append({"shape": shape, "variant": variant, "metric": metric, "value": value, "anchor": anchor,
-                          "ratio": ratio, **extra})
+                          "ratio": ratio, **more, **extra})
         self.csv.append(result_row(self.env, WORKLOAD, shape, variant, metric, value, anchor, ratio))
+        self.csv += [result_row(self.env, WORKLOAD, shape, variant, m, v) for m, v in more.items() if v is not None]
 
 
 def _time(fn):
@@ -158,46 +177,89 @@ SMALL = [  # (B, Hq, Hkv, Sq, Sk, D, Dv, kwargs, packed lengths)
 
 
 def check_small(run: Run, quick: bool):
-    """Kernels vs emulation (same device) and vs float64 (within 1.25x of plain per-head E4M3), bf16
-    inputs (the timed runs' kernels); ``quick``: the dense head-dim-128 cases only."""
+    """Kernels vs the emulation (with and without the Hopper accumulator model, same device) and vs
+    float64 (within 1.25x of plain per-head E4M3), bf16 inputs, one row per tensor part."""
     from attention_reference import exact, outlier_inputs, plain_e4m3
     from lowbit.kernels.attention import attention_backward, attention_forward
     from lowbit.scaling import AttentionRecipe
+    from lowbit.validate.metrics import HOPPER_FP8
     for B, hq, hkv, sq, sk, d, dv, kw, lens in SMALL:
         if quick and (d != 128 or lens):
             continue
         if DEV != "cuda":
             sq, sk, lens = min(sq, 40), min(sk, 40), (lens and [7, 20])
-        name = f"check B{B} Hq{hq} Hkv{hkv} S{sq}x{sk} D{d}/{dv} {kw}" + (f" packed {lens}" if lens else "")
+        mask = " ".join(f"{k_}{v_}" if v_ is not True else k_ for k_, v_ in kw.items()).replace(" ", "")
+        name = f"check B{B} Hq{hq} Hkv{hkv} S{sq}x{sk} D{d}/{dv} {mask}" + (f" packed{lens}" if lens else "")
         kw = dict(dict(scale=d ** -0.5, recipe=AttentionRecipe(), window=(None, None), causal=False), **kw)
 
-        def one():
+        def one(B=B, hq=hq, hkv=hkv, sq=sq, sk=sk, d=d, dv=dv, kw=kw, lens=lens, name=name):
             if lens:
                 T = sum(lens)
-                q, k, v, do = (t.to(DEV) for t in outlier_inputs([(T, hq, d), (T, hkv, d), (T, hkv, dv), (T, hq, dv)],
-                                                                  dtype=torch.bfloat16))
+                shapes = [(T, hq, d), (T, hkv, d), (T, hkv, dv), (T, hq, dv)]
                 cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device=DEV)
                 extra = dict(cu_seqlens=cu, max_seqlen=max(lens))
             else:
-                q, k, v, do = (t.to(DEV) for t in outlier_inputs([(B, hq, sq, d), (B, hkv, sk, d), (B, hkv, sk, dv),
-                                                                  (B, hq, sq, dv)], dtype=torch.bfloat16))
-                extra = {}
+                shapes, extra = [(B, hq, sq, d), (B, hkv, sk, d), (B, hkv, sk, dv), (B, hq, sq, dv)], {}
+            q, k, v, do = (t.to(DEV) for t in outlier_inputs(shapes, dtype=torch.bfloat16))
             res = {}
-            for backend in ("triton", "torch"):
-                out, lse, _ = attention_forward(q, k, v, backend=backend, **kw, **extra)
-                res[backend] = (out, *attention_backward(do, q, k, v, out, lse, backend=backend, **kw, **extra))
-            agree = max(_rel(a, b) for a, b in zip(res["triton"], res["torch"]))
-            ratio = None
+            for key, backend, acc in (("kernel", "triton", None), ("exact sums", "torch", None),
+                                      ("hopper model", "torch", HOPPER_FP8)):
+                akw = dict(accumulator=acc) if acc is not None else {}
+                out, lse, _ = attention_forward(q, k, v, backend=backend, **kw, **extra, **akw)
+                res[key] = (out, *attention_backward(do, q, k, v, out, lse, backend=backend, **kw, **extra, **akw))
+            ratios = [None] * 4
             if not lens:  # float64 reference and the plain baseline (dense shapes)
                 mask = (kw["causal"], kw["window"], kw["scale"])
                 ref = exact(q.cpu(), k.cpu(), v.cpu(), do.cpu(), *mask)
                 base = plain_e4m3(q.cpu(), k.cpu(), v.cpu(), do.cpu(), *mask)
-                ratio = max(_rel(a.cpu(), r) / _rel(p, r) for a, p, r in zip(res["triton"], base, ref))
-            ok = agree < 2e-3 and (ratio is None or ratio <= 1.25)
-            run.rows.append({"shape": name, "variant": "lowbit fp8 (triton vs emulation)", "metric": "max rel L2",
-                             "value": agree, "anchor": "error / plain E4M3 error", "ratio": ratio,
-                             "note": "ok" if ok else "FAILED"})
+                ratios = [_rel(a.cpu(), r) / _rel(p, r) for a, p, r in zip(res["kernel"], base, ref)]
+            target = "hopper model" if DEV == "cuda" else "exact sums"  # the interpreter sums exactly
+            for i, part in enumerate(PARTS):
+                agree = _rel(res["kernel"][i], res[target][i])
+                ok = agree < AGREE and (ratios[i] is None or ratios[i] <= 1.25)
+                run.record(name, f"lowbit fp8 {part}", f"rel L2 vs emulation ({target})", agree,
+                           "error / plain E4M3 error" if ratios[i] is not None else "", ratios[i],
+                           more={"rel L2 vs emulation (exact sums)": _rel(res["kernel"][i], res["exact sums"][i])
+                                 if target != "exact sums" else None,
+                                 "accumulator model effect (rel L2)": _rel(res["hopper model"][i],
+                                                                           res["exact sums"][i])},
+                           note="ok" if ok else f"FAILED (needs < {AGREE:g} and ratio <= 1.25)")
         guarded(run.rows, name, one)
+
+
+def check_accumulator_model(run: Run):
+    """The Hopper accumulator model against cuBLAS fast accumulation: E4M3 codes of outlier data,
+    (256 x 128) @ (128 x 256), one chain of K = 128 (the scores' head dim): the fraction of outputs
+    equal to the model's and the largest difference over the largest |C|, for HOPPER_FP8 and for
+    its neighbours (bits 13-15, groups of 8-32), so one run says which model is the hardware's."""
+    import dataclasses
+
+    from attention_reference import outlier_inputs
+    from lowbit.kernels.attention_emulation import quantize_tokens, tensor_core_mm
+    from lowbit.validate.metrics import HOPPER_FP8
+    a, b = (quantize_tokens(t.to(DEV)[None, None], 0)[0][0, 0] for t in outlier_inputs([(256, 128), (256, 128)], 5))
+    one = torch.ones((), device=DEV)
+    got = torch._scaled_mm(a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn).T, scale_a=one, scale_b=one,
+                           out_dtype=torch.float32, use_fast_accum=True).double()
+    exact_ = tensor_core_mm(a, b.T)
+    shape = "E4M3 codes 256x128 @ 128x256 vs cuBLAS fast accum"
+    big = exact_.abs().max()
+    run.record(shape, "exact sums", "fraction equal", float((got == exact_).double().mean()),
+               more={"max |diff| / max |C|": float((exact_ - got).abs().max() / big)})
+    best = None
+    for bits in (13, 14, 15):
+        for group in (8, 16, 32):
+            core = dataclasses.replace(HOPPER_FP8, bits=bits, group=group)
+            model = tensor_core_mm(a, b.T, core)
+            match = float((got == model).double().mean())
+            if (bits, group) == (HOPPER_FP8.bits, HOPPER_FP8.group):
+                run.record(shape, f"model bits {bits} group {group} (HOPPER_FP8)", "fraction equal", match,
+                           more={"max |diff| / max |C|": float((model - got).abs().max() / big)},
+                           note="ok" if match > 0.99 else "CHECK: not the hardware's sum")
+            else:
+                run.record(shape, f"model bits {bits} group {group}", "fraction equal", match)
+            best = max(best or (match, bits, group), (match, bits, group))
+    run.record(shape, f"BEST model bits {best[1]} group {best[2]}", "fraction equal", best[0])
 
 
 def check_long_context(run: Run, quick: bool):
@@ -266,54 +328,88 @@ def bench_shape(run: Run, shape):
         if ("lowbit fp8", "grads") in outs and (anchor, "grads") in outs:
             diffs += [_rel(a, b) for a, b in zip(outs[("lowbit fp8", "grads")], outs[(anchor, "grads")])]
         run.record(name, "lowbit fp8", "rel L2 vs " + anchor + " (out, dq, dk, dv max)", max(diffs),
+                   more={f"{part} rel L2 vs {anchor}": d for part, d in zip(PARTS, diffs)},
                    note="ok" if diffs[0] < 0.1 and max(diffs) < 0.25 else "CHECK")
 
 
-def sweep(run: Run):
-    """Time the FWD_SWEEP / BWD_SWEEP tilings at SWEEP_SHAPES; check each against the default first."""
+def _kernel_name(name: str) -> str:
+    return name if len(name) <= 60 else name[:57] + "..."
+
+
+def profile_step(run: Run, shape):
+    """Device ms per kernel of one forward + backward through autograd (``kernel_profile``)."""
+    B, hq, hkv, S, D, Dv, causal, window = shape
+    q, k, v, do = _inputs(B, hq, hkv, S, D, Dv)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    prof = kernel_profile(lambda: torch.autograd.grad(_lowbit(*leaves, causal, window), leaves, do), calls=5)
+    name = _shape_name(*shape) + " fwd+bwd"
+    if prof is None:
+        run.rows.append({"shape": name, "variant": "profile", "note": "no device activity seen (no CUPTI?)"})
+        return
+    run.record(name, "lowbit fp8 (all kernels)", "device ms", prof["ms"], more={"launches": prof["launches"]})
+    for kname, ms in sorted(prof["kernels"].items(), key=lambda kv: -kv[1]):
+        run.record(name, _kernel_name(kname), "device ms", ms, note=f"{100 * ms / prof['ms']:.0f}%")
+
+
+def _label(cfg: dict, prefix: str) -> str:
+    short = {"block_m": "m", "block_n": "n", "warps": "w", "stages": "s", "maxnreg": "r"}
+    return " ".join(f"{short[k_[len(prefix) + 1:]]}{v_}" for k_, v_ in cfg.items()
+                    if k_.startswith(prefix + "_") and v_ is not None)
+
+
+def sweep(run: Run, shapes):
+    """The FWD_SWEEP (graph-timed forward) and BWD_SWEEP (per-kernel device time of the backward)
+    tilings at ``shapes``, each checked against the default tiling's numbers first."""
     from lowbit.kernels.attention import attention_backward, attention_forward
     from lowbit.kernels.triton.attention.tuning import override
     from lowbit.scaling import AttentionRecipe
     recipe = AttentionRecipe()
-    for shape in SWEEP_SHAPES:
+    for shape in shapes:
         B, hq, hkv, S, D, Dv, causal, window = shape
         name = _shape_name(*shape)
         q, k, v, do = _inputs(B, hq, hkv, S, D, Dv)
         kw = dict(causal=causal, scale=D ** -0.5, recipe=recipe, backend="triton")
         base, lse, _ = attention_forward(q, k, v, **kw)
-        base_dq = attention_backward(do, q, k, v, base, lse, **kw)[0]
+        base_grads = attention_backward(do, q, k, v, base, lse, **kw)
         flops = _flops(B, hq, S, D, Dv, causal)
+        best = {}
         for cfg in FWD_SWEEP:
-            label = " ".join(f"{k_}={v_}" for k_, v_ in cfg.items())
+            label = "fwd " + _label(cfg, "fwd")
 
             def one(cfg=cfg, label=label):
                 with override(**cfg):
                     diff = _rel(attention_forward(q, k, v, **kw)[0], base)
                     ms, how = _time(lambda: attention_forward(q, k, v, **kw))
-                run.rows.append({"shape": name, "variant": label, "metric": "TFLOP/s fwd",
-                                 "value": flops / (ms * 1e-3) / 1e12, "ms": ms, "timing": how,
-                                 "note": f"vs default {diff:.1e}" + ("" if diff < 2e-2 else " CHECK"), "sweep": "fwd"})
+                tf = flops / (ms * 1e-3) / 1e12
+                run.record(name, label, "TFLOP/s fwd", tf, more={"fwd ms": ms}, timing=how,
+                           note=f"out vs default {diff:.1e}" + ("" if diff < 2e-2 else " CHECK"))
+                if diff < 2e-2 and tf > best.get("fwd", (0, ""))[0]:
+                    best["fwd"] = (tf, label)
             if not run.skip(f"{name} {label}"):
                 guarded(run.rows, f"{name} {label}", one)
         for cfg in BWD_SWEEP:
-            label = " ".join(f"{k_}={v_}" for k_, v_ in cfg.items())
+            label = f"dkdv {_label(cfg, 'dkdv')} | dq {_label(cfg, 'dq')}"
 
             def one(cfg=cfg, label=label):
                 with override(**cfg):
-                    diff = _rel(attention_backward(do, q, k, v, base, lse, **kw)[0], base_dq)
+                    grads = attention_backward(do, q, k, v, base, lse, **kw)
+                    diff = max(_rel(a, b) for a, b in zip(grads, base_grads))
+                    prof = kernel_profile(lambda: attention_backward(do, q, k, v, base, lse, **kw), calls=5)
                     ms, how = _time(lambda: attention_backward(do, q, k, v, base, lse, **kw))
-                run.rows.append({"shape": name, "variant": label, "metric": "TFLOP/s bwd",
-                                 "value": 2.5 * flops / (ms * 1e-3) / 1e12, "ms": ms, "timing": how,
-                                 "note": f"dq vs default {diff:.1e}" + ("" if diff < 5e-2 else " CHECK"),
-                                 "sweep": "bwd"})
+                per = {}
+                for kname, kms in (prof or {}).get("kernels", {}).items():
+                    key = next((k_ for k_ in ("dkdv", "dq", "quantize") if f"_{k_}_kernel" in f"_{kname}"), "other")
+                    per[key] = per.get(key, 0.0) + kms
+                run.record(name, label, "TFLOP/s bwd", 2.5 * flops / (ms * 1e-3) / 1e12,
+                           more={"bwd ms": ms, **{f"{k_} kernel ms": v_ for k_, v_ in per.items()}}, timing=how,
+                           note=f"grads vs default {diff:.1e}" + ("" if diff < 5e-2 else " CHECK"))
+                for part, tag in (("dkdv", "dkdv " + _label(cfg, "dkdv")), ("dq", "dq " + _label(cfg, "dq"))):
+                    if diff < 5e-2 and part in per and per[part] < best.get(part, (float("inf"), ""))[0]:
+                        best[part] = (per[part], tag)
             if not run.skip(f"{name} {label}"):
                 guarded(run.rows, f"{name} {label}", one)
-        for kind in ("fwd", "bwd"):
-            rows = [r for r in run.rows if r.get("sweep") == kind and r.get("shape") == name and "value" in r]
-            if rows:
-                best = max(rows, key=lambda r: r["value"])
-                run.rows.append({"shape": name, "variant": "BEST " + best["variant"], "metric": best["metric"],
-                                 "value": best["value"]})
+        for part, (value, label) in best.items():
+            run.record(name, "BEST " + label, "TFLOP/s fwd" if part == "fwd" else f"{part} kernel ms", value)
         if DEV == "cuda":
             torch.cuda.empty_cache()
 
@@ -366,10 +462,10 @@ def llama_step(run: Run):
 
 def main():
     def extra(p):
-        p.add_argument("--sweep", action="store_true", help="time the tiling list instead of the anchors")
         p.add_argument("--llama", action="store_true", help="time a Hugging Face Llama training step instead "
                        "(8 layers of Llama-3-8B shape): bf16, lowbit fp8, lowbit fp8 + FP8 attention")
-        p.add_argument("--budget", type=float, default=560.0, help="seconds; what is left is skipped")
+        p.add_argument("--budget", type=float, default=None, help="seconds (default 270 quick, 560 full); what is "
+                       "left is skipped")
         p.add_argument("--cpu-smoke", action="store_true", help="run on the CPU under TRITON_INTERPRET=1 at tiny "
                        "shapes (checks this script; measures nothing)")
     args = parse_args(__doc__.splitlines()[0], extra)
@@ -377,31 +473,48 @@ def main():
     global DEV, QUICK, FULL, SWEEP_SHAPES, FWD_SWEEP, BWD_SWEEP
     if args.cpu_smoke:
         DEV = "cpu"
-        QUICK = FULL = [(1, 2, 1, 40, 32, 32, True, None)]
-        SWEEP_SHAPES, FWD_SWEEP, BWD_SWEEP = [QUICK[0]], FWD_SWEEP[:1], BWD_SWEEP[:1]
+        QUICK = FULL = SWEEP_SHAPES = [(1, 2, 1, 40, 32, 32, True, None)]
+        FWD_SWEEP, BWD_SWEEP = FWD_SWEEP[:1], BWD_SWEEP[:1]
     elif not torch.cuda.is_available():
         print("benchmarks/attention.py needs a CUDA GPU; none found (nothing was measured).")
         write_json(args.out, "attention", {"env": env, "error": "no CUDA GPU"})
         return
-    run = Run(args.budget, env)
-    if args.sweep:
-        guarded(run.rows, "sweep", lambda: sweep(run))
-    elif args.llama:
+    run = Run(args.budget or (270.0 if args.quick else 560.0), env)
+    if args.llama:
         guarded(run.rows, "llama step", lambda: llama_step(run))
     else:
         guarded(run.rows, "small-shape checks", lambda: check_small(run, args.quick))
+        if DEV == "cuda":
+            guarded(run.rows, "accumulator model", lambda: check_accumulator_model(run))
         guarded(run.rows, "long-context check", lambda: check_long_context(run, args.quick))
         for shape in (QUICK if args.quick else FULL):
             if not run.skip(_shape_name(*shape)):
                 guarded(run.rows, _shape_name(*shape), lambda shape=shape: bench_shape(run, shape))
+        if not run.skip("profile"):
+            guarded(run.rows, "profile", lambda: profile_step(run, QUICK[0]))
+        guarded(run.rows, "sweep", lambda: sweep(run, SWEEP_SHAPES[:1] if args.quick else SWEEP_SHAPES))
     if run.csv:
         print("results:", append_results(run.csv, args.out))
     path = write_json(args.out, "attention", {"env": env, "rows": run.rows, "wall_s": time.time() - run.t0})
     print(f"\nenv: { {k: env.get(k) for k in ('gpu', 'torch', 'triton', 'date')} }   JSON: {path}   "
           f"wall: {time.time() - run.t0:.0f} s\n")
-    shown = [{**r, "error": r["error"][:80]} if "error" in r else r for r in run.rows]
-    print_table(shown, ["shape", "variant", "metric", "value", "anchor", "ratio", "timing", "note", "error"])
+    _print(run.rows)
 
+
+def _print(rows):
+    """The checks, then the timings (TFLOP/s and ratios), the profile and the tilings, then errors:
+    short enough that the last 12,000 characters of the output hold them all."""
+    checks = [r for r in rows if "error" not in r and (str(r.get("shape", "")).startswith(("check", "E4M3", "B1 H1 S")))]
+    rest = [r for r in rows if "error" not in r and r not in checks and not str(r.get("metric", "")).endswith(" ms")
+            or (r.get("metric") == "device ms" and "error" not in r)]
+    errors = [{"where": r.get("variant", ""), "error": r["error"][:100]} for r in rows if "error" in r]
+    print_table(checks, ["shape", "variant", "metric", "value", "ratio", "rel L2 vs emulation (exact sums)",
+                         "accumulator model effect (rel L2)", "note"])
+    print()
+    print_table([r for r in rest if r not in checks], ["shape", "variant", "metric", "value", "anchor", "ratio", "note"])
+    if errors:
+        print()
+        print_table(errors, ["where", "error"])
 
 if __name__ == "__main__":
     main()

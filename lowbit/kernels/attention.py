@@ -12,7 +12,9 @@ packed ``(T, H, D)`` with ``cu_seqlens`` (int32, ``nseq + 1`` offsets shared by 
 and ``max_seqlen``. ``window = (left, right)``: key j is visible from query i when
 ``i - left <= j <= i + right`` (None: unbounded), intersected with ``j <= i`` when causal
 (top-left aligned, as ``torch.nn.functional.scaled_dot_product_attention``). The ``lse`` a forward
-returns is the backend's own (opaque) residual for its backward.
+returns is the backend's own (opaque) residual for its backward. ``accumulator`` (the "torch"
+backend only): sum the FP8 products as a tensor core does (``attention_emulation``), e.g.
+``lowbit.validate.metrics.HOPPER_FP8`` to compute what the kernels compute on an H100/H200.
 """
 from __future__ import annotations
 
@@ -63,6 +65,12 @@ def select_backend(backend: str, q: torch.Tensor) -> str:
     return backend
 
 
+def _check_accumulator(accumulator, backend: str) -> None:
+    if accumulator is not None and backend != "torch":
+        raise ValueError(f"accumulator= models the tensor cores in the 'torch' backend; the {backend!r} backend "
+                         f"sums on the hardware")
+
+
 def _sequences(cu_seqlens: torch.Tensor, *tensors):
     """Per packed sequence: the (1, H, L, D) views of each (T, H, D) tensor."""
     cu = cu_seqlens.tolist()
@@ -76,16 +84,18 @@ def _unpack(parts, like: torch.Tensor) -> torch.Tensor:
 
 def attention_forward(q, k, v, *, causal: bool = False, window: Tuple[Optional[int], Optional[int]] = (None, None),
                       scale: float, recipe: AttentionRecipe, backend: str = "auto",
-                      cu_seqlens: Optional[torch.Tensor] = None, max_seqlen: Optional[int] = None):
+                      cu_seqlens: Optional[torch.Tensor] = None, max_seqlen: Optional[int] = None,
+                      accumulator=None):
     """(out in q's dtype, lse residual, backend used) of FP8 attention (module docstring)."""
     backend = select_backend(backend, q)
+    _check_accumulator(accumulator, backend)
     if backend == "triton":
         from .triton.attention.launch import attention_fwd
         out, lse = attention_fwd(q, k, v, causal=causal, window=window, scale=scale, recipe=recipe,
                                  cu_seqlens=cu_seqlens, max_seqlen=max_seqlen)
         return out, lse, backend
     block_n = kernel_tiles(q.shape[-1], recipe, interpreting())[0]
-    kw = dict(causal=causal, window=window, scale=scale, recipe=recipe, block_n=block_n)
+    kw = dict(causal=causal, window=window, scale=scale, recipe=recipe, block_n=block_n, accumulator=accumulator)
     if cu_seqlens is None:
         out, lse = emulated_forward(q, k, v, **kw)
         return out, lse, backend
@@ -96,14 +106,16 @@ def attention_forward(q, k, v, *, causal: bool = False, window: Tuple[Optional[i
 def attention_backward(dout, q, k, v, out, lse, *, causal: bool = False,
                        window: Tuple[Optional[int], Optional[int]] = (None, None), scale: float,
                        recipe: AttentionRecipe, backend: str, cu_seqlens: Optional[torch.Tensor] = None,
-                       max_seqlen: Optional[int] = None):
+                       max_seqlen: Optional[int] = None, accumulator=None):
     """(dq, dk, dv) for the ``lse`` residual of ``attention_forward`` on the same ``backend``."""
+    _check_accumulator(accumulator, backend)
     if backend == "triton":
         from .triton.attention.launch import attention_bwd
         return attention_bwd(dout, q, k, v, out, lse, causal=causal, window=window, scale=scale, recipe=recipe,
                              cu_seqlens=cu_seqlens, max_seqlen=max_seqlen)
     _, block_m, block_n = kernel_tiles(q.shape[-1], recipe, interpreting())
-    kw = dict(causal=causal, window=window, scale=scale, recipe=recipe, block_m=block_m, block_n=block_n)
+    kw = dict(causal=causal, window=window, scale=scale, recipe=recipe, block_m=block_m, block_n=block_n,
+              accumulator=accumulator)
     if cu_seqlens is None:
         return emulated_backward(q, k, v, out, lse, dout, **kw)
     grads = [emulated_backward(q_, k_, v_, o_, l_, d_, **kw)

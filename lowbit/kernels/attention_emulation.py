@@ -1,5 +1,8 @@
 """Exact emulation of lowbit's FP8 attention in torch (any device): the numbers the Triton kernels
-compute, up to the order of fp32 accumulation and the last bits of ``exp2``.
+compute, up to the order of fp32 accumulation and the last bits of ``exp2``, with every product of
+E4M3 codes summed exactly (``accumulator=None``: what the interpreter computes) or by a model of
+the tensor cores' accumulator (``accumulator=lowbit.validate.metrics.HOPPER_FP8``: what an
+H100/H200 computes, ``tensor_core_mm``).
 
 Layout (B, H, S, D) for one batch of equal-length sequences (varlen callers split the packed
 sequences and call these once per sequence). Notation (``lowbit.scaling.attention`` has the
@@ -21,10 +24,21 @@ push later keys' P below E4M3's range):
   ``w_j = exp2((M_j - M) g_i)`` (the product of the kernel's rescale factors), ``O = acc / l``
   (0 where a row sees no key), ``lse = M g_i + log2 l`` (log2 units, -inf for such rows).
 
-Backward: ``p = exp2(s (sq sk c) - lse)``, ``dV = sum_i (p8 sdo)^T doc``, ``dP = (doc vc^T) sdo sv``,
-``dS = p (dP - delta)`` with ``delta_i = sum(dO_i O_i)``; dS is rounded to E4M3 per
-``block_m x block_n`` tile (scale ``amax / 448``); ``dQ' = dS K c_ln``,
-``dK' = dS^T Q c_ln`` with the dequantized codes and ``c_ln = scale / hb``; rotated back by R^T.
+Backward: ``p = exp2(s (sq sk c) - lse)``, ``dV = sum_i (p8_i^T doc_i) sdo_i`` over query blocks
+i of ``block_m``, ``dP = (doc vc^T) sdo sv``, ``dS = p (dP - delta)`` with ``delta_i = sum(dO_i O_i)``;
+dS is rounded to E4M3 row by row: for dK each key's ``block_m`` entries of a query block share
+one scale ``amax / 448``, for dQ each query's ``block_n`` entries of a key block;
+``dQ' = sum_j (dS8_j kc_j) u_j sk_j c_ln``, ``dK' = sum_i (dS8_i^T qc_i) t_i sq_i c_ln``
+(``c_ln = scale / hb``), rotated back by R^T.
+
+Products of codes are summed per kernel tile: the scores and dP over the head dim, PV over a
+forward key block, dV and dK over a ``block_m`` query block, dQ over a ``block_n`` key block; each
+tile's sum starts from zero and the scaled tile results are added in float64 (the kernels add in
+fp32). The tensor-core model (``accumulator``, anything with ``bits`` and ``group``, e.g.
+``lowbit.validate.metrics.TensorCore``; its ``promote`` is not used, the tiles are the chains):
+a tile's products are taken ``group`` at a time (consecutive along the sum), and each group
+together with the running sum is aligned to the largest magnitude among them and truncated
+toward zero to ``bits`` significant bits (``2^(e_max - bits + 1)`` multiples), then added.
 """
 from __future__ import annotations
 
@@ -38,9 +52,10 @@ from ..scaling.attention import P_SCALE, AttentionRecipe
 from ..scaling.blocks import finite_abs
 from ..scaling.scales import amax_to_scale
 
-__all__ = ["quantize_tokens", "visible", "emulated_forward", "emulated_backward", "LOG2E"]
+__all__ = ["quantize_tokens", "visible", "emulated_forward", "emulated_backward", "tensor_core_mm", "LOG2E"]
 
 LOG2E = 1.4426950408889634
+FP32_MIN_NORMAL = 2.0 ** -126
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -58,8 +73,9 @@ def _tiles(x: torch.Tensor, dim: int, size: int, fill: float) -> torch.Tensor:
 
 
 def _scale(amax: torch.Tensor, bad: torch.Tensor, fmt: Format):
-    """(scale, 1 / scale): ``amax / fmax`` (fp32, IEEE), 1 for amax 0; NaN where the block holds inf/NaN."""
-    s = amax_to_scale(amax, fmt)
+    """(scale, 1 / scale): ``max(amax / fmax, 2^-126)`` (fp32, IEEE; the floor keeps 1 / scale
+    finite), 1 for amax 0; NaN where the block holds inf/NaN."""
+    s = torch.clamp(amax_to_scale(amax, fmt), min=FP32_MIN_NORMAL)
     s = torch.where(bad, torch.full_like(s, float("nan")), s)
     return s, torch.ones_like(s) / s
 
@@ -116,21 +132,50 @@ def _expand_kv(t: torch.Tensor, hq: int) -> torch.Tensor:
     return t.repeat_interleave(hq // t.shape[1], dim=1) if t.shape[1] != hq else t
 
 
-def _scores(qc, kc, causal, window):
-    """fp32 ``qc kc^T`` (float64 sums), masked keys -inf."""
-    s = (qc.double() @ kc.double().transpose(-1, -2)).float()
+def tensor_core_mm(a: torch.Tensor, b: torch.Tensor, accumulator=None) -> torch.Tensor:
+    """float64 ``a @ b`` of exact values (E4M3 codes): one chain over the whole K, summed exactly
+    (``accumulator`` None) or by the tensor-core model (module docstring)."""
+    a, b = a.double(), b.double()
+    if accumulator is None:
+        return a @ b
+    acc = a.new_zeros((*torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1]))
+    for k0 in range(0, a.shape[-1], accumulator.group):
+        prods = a[..., :, k0:k0 + accumulator.group, None] * b[..., None, k0:k0 + accumulator.group, :]
+        big = torch.maximum(prods.abs().amax(-2), acc.abs())
+        unit = torch.exp2(torch.floor(torch.log2(torch.where(big > 0, big, torch.ones_like(big))))
+                          - (accumulator.bits - 1))
+        acc = torch.trunc(acc / unit) * unit + (torch.trunc(prods / unit[..., None, :]) * unit[..., None, :]).sum(-2)
+    return acc
+
+
+def _tiled_mm(a: torch.Tensor, b: torch.Tensor, block: int, accumulator) -> torch.Tensor:
+    """(..., nt, M, N): ``a[..., :, t] @ b[..., t, :]`` for each K tile t of ``block`` (zero padded)."""
+    return tensor_core_mm(_tiles(a, -1, block, 0.0).movedim(-2, -3), _tiles(b, -2, block, 0.0), accumulator)
+
+
+def _per_tile(scale: torch.Tensor, block: int) -> torch.Tensor:
+    """Per-token scales (..., S, 1) -> one per tile of ``block`` tokens (..., nt, 1, 1) (tiles lie in
+    one scale block)."""
+    return _tiles(scale, -2, block, 1.0)[..., :1, :]
+
+
+def _scores(qc, kc, causal, window, accumulator=None):
+    """fp32 ``qc kc^T`` (the head dim in one chain), masked keys -inf."""
+    s = tensor_core_mm(qc, kc.transpose(-1, -2), accumulator).float()
     vis = visible(s.shape[-2], s.shape[-1], causal, window, s.device)
     return s.masked_fill(~vis, float("-inf"))
 
 
-def _round_p(p: torch.Tensor) -> torch.Tensor:
-    return round_to_grid(p * P_SCALE, E4M3) / P_SCALE
+def _p_codes(p: torch.Tensor) -> torch.Tensor:
+    """The codes of P: ``RNE_e4m3(P * P_SCALE)``."""
+    return round_to_grid(p * P_SCALE, E4M3)
 
 
 def emulated_forward(q, k, v, *, causal: bool, window, scale: float, recipe: AttentionRecipe,
-                     block_n: int) -> Tuple[torch.Tensor, torch.Tensor]:
+                     block_n: int, accumulator=None) -> Tuple[torch.Tensor, torch.Tensor]:
     """(O in q's dtype, lse fp32 (B, H, S) in log2 units) as the kernel computes them (``block_n``
-    is clipped to the recipe's scale block, as the kernels' tiles are)."""
+    is clipped to the recipe's scale block, as the kernels' tiles are; ``accumulator``: module
+    docstring)."""
     block_n = recipe.tiles(block_n, block_n)[1]
     if q.shape[2] == 0 or k.shape[2] == 0:  # no query, or no key to see: O = 0, lse = -inf
         return q.new_zeros((*q.shape[:3], v.shape[-1])), torch.full(q.shape[:3], float("-inf"), device=q.device)
@@ -139,7 +184,7 @@ def emulated_forward(q, k, v, *, causal: bool, window, scale: float, recipe: Att
     kc, sk, vc, sv = (_expand_kv(t, hq) for t in (kc, sk, vc, sv))
     c = torch.tensor(scale * LOG2E / hb, dtype=torch.float32)
     g = sq * c  # (B, H, Sq, 1)
-    s = _scores(qc, kc, causal, window)
+    s = _scores(qc, kc, causal, window, accumulator)
     skr = sk.transpose(-1, -2)  # (B, H, 1, Sk)
     sb = _tiles(s, -1, block_n, float("-inf"))  # (B, H, Sq, nb, bn)
     skb = _tiles(skr, -1, block_n, 1.0)[..., 0]  # (B, H, 1, nb): one scale per key block
@@ -154,16 +199,17 @@ def emulated_forward(q, k, v, *, causal: bool, window, scale: float, recipe: Att
     w = torch.where(alive, torch.exp2((m.double() - m_fin.double()) * g.double()),
                     torch.zeros_like(m, dtype=torch.float64))
     denom = (p.double().sum(-1) * w).sum(-1, keepdim=True)
-    pw = (_round_p(p).double() * w[..., None]).flatten(-2, -1)[..., : s.shape[-1]]
-    acc = (pw * sv.transpose(-1, -2).double()) @ vc.double()
+    pv = _tiled_mm(_p_codes(p).flatten(-2, -1)[..., :s.shape[-1]], vc, block_n, accumulator)  # (B, H, nb, Sq, Dv)
+    acc = (pv * (_per_tile(sv, block_n).double() / P_SCALE) * w.movedim(-1, -2)[..., None]).sum(-3)
     out = torch.where(denom > 0, acc / denom, torch.zeros_like(acc))
     lse = (m_fin * g + torch.log2(denom.float()))[..., 0]
     return out.to(q.dtype), lse
 
 
 def emulated_backward(q, k, v, out, lse, dout, *, causal: bool, window, scale: float, recipe: AttentionRecipe,
-                      block_m: int, block_n: int):
-    """(dq, dk, dv) in the inputs' dtypes, as the kernels compute them (module docstring)."""
+                      block_m: int, block_n: int, accumulator=None):
+    """(dq, dk, dv) in the inputs' dtypes, as the kernels compute them (module docstring): ``block_m``
+    the dK/dV kernel's query step, ``block_n`` the dQ kernel's key step (clipped to the scale block)."""
     block_m, block_n = recipe.tiles(block_m, block_n)
     if q.shape[2] == 0 or k.shape[2] == 0:
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
@@ -172,18 +218,22 @@ def emulated_backward(q, k, v, out, lse, dout, *, causal: bool, window, scale: f
     hq, hkv = q.shape[1], k.shape[1]
     kce, ske, vce, sve = (_expand_kv(t, hq) for t in (kc, sk, vc, sv))
     c = torch.tensor(scale * LOG2E / hb, dtype=torch.float32)
-    s = _scores(qc, kce, causal, window)
+    s = _scores(qc, kce, causal, window, accumulator)
     f = (sq * ske.transpose(-1, -2)) * c  # (sq sk) c, as both backward kernels
     lse_b = torch.where(lse == float("-inf"), torch.full_like(lse, float("inf")), lse)[..., None]
     p = torch.exp2(s * f - lse_b)
-    dv = (_round_p(p).double() * sdo.double()).transpose(-1, -2) @ doc.double()
-    dp = ((doc.double() @ vce.double().transpose(-1, -2)) * (sdo.double() * sve.double().transpose(-1, -2))).float()
+    pt = _p_codes(p).transpose(-1, -2)  # (B, H, Sk, Sq)
+    dv = (_tiled_mm(pt, doc, block_m, accumulator) * (_per_tile(sdo, block_m).double() / P_SCALE)).sum(-3)
+    dp = (tensor_core_mm(doc, vce.transpose(-1, -2), accumulator)
+          * (sdo.double() * sve.double().transpose(-1, -2))).float()
     delta = (dout.double() * out.double()).sum(-1, keepdim=True).float()
     ds = p * (dp - delta)
-    dsq = _round_ds(ds, block_m, block_n).double()
     c_ln = scale / hb
-    dq = (dsq @ (kce.double() * ske.double())) * c_ln
-    dk = (dsq.transpose(-1, -2) @ (qc.double() * sq.double())) * c_ln
+    codes, u = _round_rows(ds, block_n)  # dQ: per query, a key block at a time
+    dq = ((_tiled_mm(codes, kce, block_n, accumulator) * u.movedim(-2, -3)) * _per_tile(ske, block_n).double()).sum(-3)
+    codes, t = _round_rows(ds.transpose(-1, -2), block_m)  # dK: per key, a query block at a time
+    dk = ((_tiled_mm(codes, qc, block_m, accumulator) * t.movedim(-2, -3)) * _per_tile(sq, block_m).double()).sum(-3)
+    dq, dk = dq * c_ln, dk * c_ln
     if rot is not None:
         dq, dk = dq @ rot.double().T, dk @ rot.double().T
     if hq != hkv:  # GQA: the heads of a group share K and V
@@ -192,12 +242,12 @@ def emulated_backward(q, k, v, out, lse, dout, *, causal: bool, window, scale: f
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
-def _round_ds(ds: torch.Tensor, block_m: int, block_n: int) -> torch.Tensor:
-    """dS as the dQ/dK products see it: E4M3 values, one scale per tile."""
-    sq_, sk_ = ds.shape[-2:]
-    t = _tiles(_tiles(ds, -1, block_n, 0.0), -3, block_m, 0.0)  # (B, H, nm, bm, nn, bn)
-    amax = finite_abs(t).amax(dim=(-3, -1), keepdim=True)
-    bad = ~torch.isfinite(t).all(dim=-1, keepdim=True).all(dim=-3, keepdim=True)
-    sc, inv = _scale(amax, bad, E4M3)
-    out = _codes(t, inv, E4M3) * sc
-    return out.flatten(-2, -1).flatten(-3, -2)[..., :sq_, :sk_]
+def _round_rows(x: torch.Tensor, width: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(codes (..., R, C), scales (..., R, nt, 1) float64) of ``x`` (..., R, C) rounded to E4M3 with
+    one scale ``amax / 448`` per row and ``width`` columns (``common.quantize_rows``); NaN for a
+    segment holding inf or NaN."""
+    t = _tiles(x, -1, width, 0.0)  # (..., R, nt, width)
+    amax = finite_abs(t).amax(dim=-1, keepdim=True)
+    sc, inv = _scale(amax, ~torch.isfinite(t).all(dim=-1, keepdim=True), E4M3)
+    codes = _codes(t, inv, E4M3).flatten(-2, -1)[..., :x.shape[-1]]
+    return codes, sc.double()

@@ -32,9 +32,10 @@ CASES = {  # (B, Hq, Hkv, Sq, Sk, D, Dv), kwargs, input dtype
     # tensors are (B, H, S, D) views of (B, S, H, D) memory, as Hugging Face passes them
     "d64-causal-fused-q-bshd": ((1, 2, 1, 70, 70, 64, 64), dict(causal=True, recipe=AttentionRecipe(block=32)),
                                 torch.float32),
-    "cross-window-hadamard-fused-q": ((1, 2, 2, 20, 50, 32, 32),
-                                      dict(window=(8, 3), recipe=AttentionRecipe(hadamard=True, block=32)),
-                                      torch.bfloat16),
+    # block=64: two interpreter tiles a scale block, the forward's amax reads the partner tile
+    "cross-window-hadamard-fused-q-pair": ((1, 2, 2, 50, 20, 32, 32),
+                                           dict(window=(8, 3), recipe=AttentionRecipe(hadamard=True, block=64)),
+                                           torch.bfloat16),
     "d192-dv128-causal-window": ((1, 1, 1, 40, 40, 192, 128), dict(causal=True, window=(16, None)), torch.float32),
     "d48-dv32-per-head-scales": ((1, 2, 1, 33, 33, 48, 32), dict(recipe=AttentionRecipe(block=0)), torch.float32),
 }

@@ -16,7 +16,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..jit_common import _amax_to_scale, _finite_abs, _grid_round
+# The shared quantize jit helpers: this is the one import of them in the attention package.
+from ..jit_common import FP32_MIN_NORMAL, _amax_to_scale, _encode_fp8, _grid_round
+from ..jit_common import _finite_abs as finite_abs
 from ..jit_common import scan_spec as _scan_spec
 
 BIG = 1 << 30
@@ -130,13 +132,42 @@ def load_rows(X, x_base, stride_xs, stride_xd, r, rows, c0, n_rows, D,
 
 
 @triton.jit
-def quantize_tile(x, INTERPRET: tl.constexpr):
-    """(E4M3 codes of ``x * RN(1 / s)``, s) for an fp32 tile with one scale ``s = amax / 448``
-    (1 for an all-zero tile, NaN if it holds inf/NaN): the numbers of the quantize pass."""
-    amax = tl.max(tl.max(_finite_abs(x), 1), 0)
-    bad = tl.max(tl.max(tl.where(tl.abs(x) < float("inf"), 0, 1), 1), 0)
-    s = tl.where(bad > 0, float("nan"), _amax_to_scale(amax, 448.0))
+def encode_e4m3(y, HW_CVT: tl.constexpr):
+    """E4M3 bits (int32) of the saturating RNE cast of fp32 ``y`` (``HW_CVT``: the hardware cast)."""
+    return _encode_fp8(y, 448.0, -6, 3, True, HW_CVT)
+
+
+@triton.jit
+def e4m3_scale(amax):
+    """The recipe's scale of a finite amax: ``max(amax / 448, 2^-126)``, 1 for 0 (the floor keeps
+    the reciprocal the codes are made with finite)."""
+    return tl.maximum(_amax_to_scale(amax, 448.0), FP32_MIN_NORMAL)
+
+
+@triton.jit
+def tile_amax(x):
+    """(max |x| over the finite entries, 1 if x holds inf/NaN else 0) of a 2-D tile."""
+    amax = tl.max(tl.max(finite_abs(x), 1), 0)
+    return amax, tl.max(tl.max(tl.where(tl.abs(x) < float("inf"), 0, 1), 1), 0)
+
+
+@triton.jit
+def quantize_tile(x, amax, bad, INTERPRET: tl.constexpr):
+    """(E4M3 codes of ``x * RN(1 / s)``, s) with the scale ``s = e4m3_scale(amax)`` of a block whose
+    ``tile_amax`` is (amax, bad) (NaN if it holds inf/NaN): the numbers of the quantize pass."""
+    s = tl.where(bad > 0, float("nan"), e4m3_scale(amax))
     return fp8_codes(x * tl.div_rn(1.0, s), 448.0, INTERPRET), s
+
+
+@triton.jit
+def quantize_rows(x, INTERPRET: tl.constexpr):
+    """(E4M3 codes of ``x * RN(1 / s_r)``, s_r) for an fp32 tile with one scale per row,
+    ``s_r = e4m3_scale(amax_r)``. A row holding inf gets a NaN scale and a NaN gets a NaN code, so
+    every product such a row enters is NaN, never a clip. The row's amax is a reduction inside one
+    warp when a warp holds the row (the attention kernels' MMA layouts)."""
+    amax = tl.max(tl.abs(x), 1)
+    s = tl.where(amax < float("inf"), e4m3_scale(amax), float("nan"))
+    return fp8_codes(x * tl.div_rn(1.0, s)[:, None], 448.0, INTERPRET), s
 
 
 def scan_spec(kernel, signature: dict, constexprs: dict, num_warps: int, num_stages: int) -> dict:

@@ -38,6 +38,7 @@ __all__ = ["attention_fwd", "attention_bwd", "triton_support", "window_offsets"]
 
 LOG2E = 1.4426950408889634
 PAD_MIN = 128
+MIN_TILE = 32  # FP8 wgmma sums 32 products an instruction: every product's summed tile is >= 32
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,8 @@ def _quantize(x, geo: _Geometry, heads: int, s: int, sp: int, nb: int, recipe: A
 
 
 def _desc(codes: torch.Tensor, rows: int, cols: int) -> TensorDescriptor:
-    """A TMA descriptor over a padded code array seen as 2-D (all but the last dim flattened)."""
+    """A TMA descriptor over a padded array (codes, lse, delta) seen as 2-D (all but the last dim
+    flattened)."""
     flat = codes.view(-1, codes.shape[-1])
     return TensorDescriptor(flat, list(flat.shape), [flat.shape[-1], 1], [rows, cols])
 
@@ -189,6 +191,10 @@ def triton_support(q: torch.Tensor) -> Optional[str]:
 
 
 def _setup(q, k, v, recipe, cu_seqlens, max_seqlen):
+    if recipe.block and recipe.block < MIN_TILE and not interpreting():
+        raise ValueError(f"AttentionRecipe(block={recipe.block}): the Triton kernels' tiles are clipped to the "
+                         f"scale block and FP8 tensor-core products need tiles of >= {MIN_TILE}; use block >= "
+                         f"{MIN_TILE} (or 0) or the torch backend")
     cu = cu_pad = None
     geo = _geometry(q, k, v, recipe, cu_seqlens, max_seqlen)
     if cu_seqlens is not None:
@@ -203,7 +209,7 @@ def attention_fwd(q, k, v, *, causal: bool, window, scale: float, recipe: Attent
     interp = interpreting()
     rot = recipe.rotation(geo.d, q.device)
     bm, bn = recipe.tiles(tune.fwd_block_m, tune.fwd_block_n)
-    fuse_q = recipe.block == bm and (rot is None or geo.dp <= 128) and _tma_ok(q)  # Q's scale block is the tile
+    fuse_q = recipe.block in (bm, 2 * bm) and (rot is None or geo.dp <= 128) and _tma_ok(q)  # a tile: 1 or 1/2 block
     kc, _, sk, _ = _quantize(k, geo, geo.hkv, geo.s_k, geo.spk, geo.nbk, recipe, tune, cu, cu_pad, rotation=rot)
     _, vt, sv, _ = _quantize(v, geo, geo.hkv, geo.s_k, geo.spk, geo.nbk, recipe, tune, cu, cu_pad, natural=False,
                              transposed=True)
@@ -227,7 +233,8 @@ def attention_fwd(q, k, v, *, causal: bool, window, scale: float, recipe: Attent
         geo.s_q, geo.s_k, geo.spq, geo.spk, geo.hq, geo.hkv, geo.nbq, geo.nbk, geo.d, geo.dv, c, lo, hi,
         DP=geo.dp, DVP=geo.dvp, BLOCK_M=bm, BLOCK_N=bn, SB=recipe.block, VARLEN=geo.varlen, FUSE_Q=fuse_q,
         X_LAYOUT=x_layout, ROTATE=fuse_q and rot is not None, R_IEEE=_ieee_rotation(q), INTERPRET=interp,
-        num_warps=tune.fwd_warps, num_stages=tune.fwd_stages)
+        num_warps=tune.fwd_warps, num_stages=tune.fwd_stages,
+        **({} if tune.fwd_maxnreg is None or interp else dict(maxnreg=tune.fwd_maxnreg)))
     return (out.to(q.dtype) if interp else out), lse
 
 
@@ -247,23 +254,24 @@ def attention_bwd(dout, q, k, v, out, lse, *, causal: bool, window, scale: float
     dq = _like(q, geo.d, torch.float32 if wide else q.dtype)
     dk = _like(k, geo.d, torch.float32 if wide else k.dtype)
     dv = _like(v, geo.dv, torch.float32 if interp else v.dtype)
-    bm, bn = recipe.tiles(tune.bwd_block_m, tune.bwd_block_n)
+    kn, km = recipe.tiles(tune.dkdv_block_n, tune.dkdv_block_m)  # dkdv: keys a program, queries a step
+    qm, qn = recipe.tiles(tune.dq_block_m, tune.dq_block_n)  # dq: queries a program, keys a step
     lo, hi = window_offsets(causal, window)
     hb = recipe.rotation_block(geo.d)
     c, c_ln = scale * LOG2E / hb, scale / hb
     cu_, cu_pad_ = (cu, cu_pad) if cu is not None else (sq, sq)
-    consts = dict(DP=geo.dp, DVP=geo.dvp, BLOCK_M=bm, BLOCK_N=bn, SB=recipe.block, VARLEN=geo.varlen,
-                  INTERPRET=interp)
+    consts = dict(DP=geo.dp, DVP=geo.dvp, SB=recipe.block, VARLEN=geo.varlen, INTERPRET=interp)
     sizes = (geo.s_q, geo.s_k, geo.spq, geo.spk, geo.hq, geo.hkv, geo.nbq, geo.nbk, geo.d)
-    runnable(attention_dkdv_kernel)[(cdiv(geo.s_k, bn), geo.hkv, geo.nseq)](
-        _desc(qc, bm, geo.dp), _desc(qt, geo.dp, bm), _desc(kc, bn, geo.dp), _desc(vc, bn, geo.dvp),
-        _desc(doc, bm, geo.dvp), _desc(dot, geo.dvp, bm), sq, sk, sv, sdo, lse, delta, dk, dv, cu_, cu_pad_,
-        *_strides(dk, geo.varlen), *_strides(dv, geo.varlen), *sizes, geo.dv, c, c_ln, -hi, -lo, **consts,
-        num_warps=tune.dkdv_warps, num_stages=tune.dkdv_stages)
-    runnable(attention_dq_kernel)[(cdiv(geo.s_q, bm), geo.hq, geo.nseq)](
-        _desc(qc, bm, geo.dp), _desc(kc, bn, geo.dp), _desc(kt, geo.dp, bn), _desc(vc, bn, geo.dvp),
-        _desc(doc, bm, geo.dvp), sq, sk, sv, sdo, lse, delta, dq, cu_, cu_pad_, *_strides(dq, geo.varlen), *sizes,
-        c, c_ln, lo, hi, **consts, num_warps=tune.dq_warps, num_stages=tune.dq_stages)
+    runnable(attention_dkdv_kernel)[(cdiv(geo.s_k, kn), geo.hkv, geo.nseq)](
+        _desc(qc, km, geo.dp), _desc(qt, geo.dp, km), _desc(kc, kn, geo.dp), _desc(vc, kn, geo.dvp),
+        _desc(doc, km, geo.dvp), _desc(dot, geo.dvp, km), _desc(lse, 1, km), _desc(delta, 1, km), sq, sk, sv, sdo,
+        dk, dv, cu_, cu_pad_,
+        *_strides(dk, geo.varlen), *_strides(dv, geo.varlen), *sizes, geo.dv, c, c_ln, -hi, -lo,
+        BLOCK_M=km, BLOCK_N=kn, **consts, num_warps=tune.dkdv_warps, num_stages=tune.dkdv_stages)
+    runnable(attention_dq_kernel)[(cdiv(geo.s_q, qm), geo.hq, geo.nseq)](
+        _desc(qc, qm, geo.dp), _desc(kc, qn, geo.dp), _desc(kt, geo.dp, qn), _desc(vc, qn, geo.dvp),
+        _desc(doc, qm, geo.dvp), sq, sk, sv, sdo, lse, delta, dq, cu_, cu_pad_, *_strides(dq, geo.varlen), *sizes,
+        c, c_ln, lo, hi, BLOCK_M=qm, BLOCK_N=qn, **consts, num_warps=tune.dq_warps, num_stages=tune.dq_stages)
     if rot is not None:
         dq, dk = dq @ rot.t(), dk @ rot.t()
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)

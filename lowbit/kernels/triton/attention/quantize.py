@@ -6,9 +6,9 @@ One program per (scale block, sequence, head); a sequence's rows are padded to a
 columns at a time, rotated by the block-diagonal Hadamard ``R`` when ``ROTATE``: ``x R`` is a
 ``tl.dot`` with fp32 accumulation, each column chunk against its own diagonal block of R, which
 is loaded once per column chunk; R comes padded to ``(DP, DP)``) and
-takes ``amax`` (any inf/NaN makes the block's scale NaN); the scale is ``2^k`` with
-``k = ceil(log2(amax / 448))`` (``_mx_exponent``, the "rceil" rule; 1 for an all-zero block).
-Pass 2 reads it again, multiplies by ``2^-k`` (exact) and writes the RNE codes
+takes ``amax`` (any inf/NaN makes the block's scale NaN); the scale is ``max(amax / 448, 2^-126)``
+(``common.e4m3_scale``; 1 for an all-zero block). Pass 2 reads it again, multiplies by
+``RN(1 / scale)`` and writes the RNE codes
 (``cvt.rn.satfinite`` on the GPU, the exact arithmetic under the interpreter) to the natural
 layout ``(Z, H, SP, DP)`` and/or the transposed one ``(Z, H, DP, SP)``. Rows past the sequence and
 columns past the head dim are written as zeros, so the attention kernels read whole tiles without
@@ -22,8 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..jit_common import _amax_to_scale, _encode_fp8, _finite_abs
-from .common import load_rows, rotation_block, scan_spec, seq_bounds
+from .common import e4m3_scale, encode_e4m3, finite_abs, load_rows, rotation_block, scan_spec, seq_bounds
 
 __all__ = ["quantize_kernel", "SCAN_SPECS"]
 
@@ -56,7 +55,7 @@ def quantize_kernel(X, stride_xb, stride_xh, stride_xs, stride_xd, CU, CU_PAD, R
             for q0 in range(r0, r1, CHUNK):
                 x = load_rows(X, x_base, stride_xs, stride_xd, r, q0 + tl.arange(0, CHUNK), c0, n, D, DC,
                                 ROTATE, R_IEEE)
-                amax = tl.maximum(amax, tl.max(tl.max(_finite_abs(x), 1), 0))
+                amax = tl.maximum(amax, tl.max(tl.max(finite_abs(x), 1), 0))
                 bad = tl.maximum(bad, tl.max(tl.max(tl.where(tl.abs(x) < float("inf"), 0, 1), 1), 0))
         if HAS_DELTA:  # dO: delta = rowsum(dO * O), zeros on the padding rows
             o_base = b.to(tl.int64) * stride_ob + h * stride_oh + start.to(tl.int64) * stride_os
@@ -72,7 +71,7 @@ def quantize_kernel(X, stride_xb, stride_xh, stride_xs, stride_xd, CU, CU_PAD, R
                                 mask=mask, other=0.0)
                     dsum += tl.sum(x.to(tl.float32) * o.to(tl.float32), 1)
                 tl.store(DELTA + (z * H + h).to(tl.int64) * SP + start_pad + rows, dsum)
-        scale = tl.where(bad > 0, float("nan"), _amax_to_scale(amax, 448.0))
+        scale = tl.where(bad > 0, float("nan"), e4m3_scale(amax))
         inv = tl.div_rn(1.0, scale)
         tl.store(SC + (b * H + h) * NB + kb, scale)
         hz = (z * H + h).to(tl.int64) * SP * DP
@@ -82,7 +81,7 @@ def quantize_kernel(X, stride_xb, stride_xh, stride_xs, stride_xd, CU, CU_PAD, R
             for q0 in range(r0, r1, CHUNK):
                 rows = q0 + tl.arange(0, CHUNK)
                 x = load_rows(X, x_base, stride_xs, stride_xd, r, rows, c0, n, D, DC, ROTATE, R_IEEE)
-                bits = _encode_fp8(x * inv, 448.0, -6, 3, True, HW_CVT).to(tl.uint8)
+                bits = encode_e4m3(x * inv, HW_CVT).to(tl.uint8)
                 if NATURAL:
                     tl.store(C + hz + (start_pad + rows[:, None]).to(tl.int64) * DP + cols[None, :], bits)
                 if TRANSPOSED:

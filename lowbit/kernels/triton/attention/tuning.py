@@ -3,9 +3,15 @@
 ``tuning_for(dp, dvp)`` gives the ``AttentionTuning`` a launch uses: the table below on the GPU,
 ``INTERPRET`` under ``TRITON_INTERPRET=1`` (small tiles, so tests at a few dozen tokens still
 cross tiles). ``override(**fields)`` replaces fields for the calls inside a ``with`` block (a
-context variable: benchmarks/attention.py --sweep times several configurations in one run).
-The backward's dS tiles are ``bwd_block_m x bwd_block_n`` in both backward kernels, so both
-round dS with the same per-tile scales; every tile is clipped to the recipe's scale block.
+context variable: benchmarks/attention.py times its list of tilings in one run).
+Backward tiles: the dK/dV kernel owns ``dkdv_block_n`` keys and steps over ``dkdv_block_m``
+queries (the width of the dS rows its dK product rounds with one scale); the dQ kernel owns
+``dq_block_m`` queries and steps over ``dq_block_n`` keys (likewise for dQ). A program's rows are
+16 a warp (``rows = 16 * warps``) so that each warp group owns 64 rows and the row reductions
+stay inside warps. The defaults put two warp groups (128 rows) on a program: the tiles a step
+loads (Q, Q^T, dO, dO^T in the dK/dV kernel, K, K^T, V in the dQ kernel) then serve 128 rows,
+which halves the L2 -> SM traffic per product (64-row programs need ~64 FP8 MACs a byte, about
+15 TB/s at the tensor cores' peak). Every tile is clipped to the recipe's scale block.
 """
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import contextlib
 import contextvars
 import dataclasses
 from dataclasses import dataclass
+from typing import Optional
 
 __all__ = ["AttentionTuning", "TABLE", "INTERPRET", "tuning_for", "kernel_tiles", "padded_dim", "override"]
 
@@ -23,28 +30,34 @@ class AttentionTuning:
     fwd_block_n: int = 128
     fwd_warps: int = 8
     fwd_stages: int = 3
-    bwd_block_m: int = 64
-    bwd_block_n: int = 64
+    fwd_maxnreg: Optional[int] = None  # a register cap (ptxas), e.g. 168: three 4-warp CTAs an SM
+    dkdv_block_n: int = 128
+    dkdv_block_m: int = 64
     dkdv_warps: int = 8
     dkdv_stages: int = 2
+    dq_block_m: int = 128
+    dq_block_n: int = 64
     dq_warps: int = 8
     dq_stages: int = 2
     quant_chunk: int = 64
     quant_warps: int = 4
 
 
-# Keyed by the padded QK head dim (192 pads to 256). Registers bound the tiles: compiled for sm_90a
-# (ptxas of triton 3.9) the defaults use <= 240 registers a thread and spill nothing at head dims
-# 64 and 128; at 256 the forward does not spill, the dK/dV kernel does (dK and dV are 2 x 64 x 256
-# fp32 accumulators), in every configuration tried.
+# Keyed by the padded QK head dim (192 pads to 256). Compiled for sm_90a on the CPU (ptxas of triton
+# 3.6, the lent H200's, and 3.9): at head dims 64 and 128 no kernel spills (the dK/dV kernel holds
+# its 2 x 64 x 128 fp32 accumulators a warp group in 255 registers, the forward 243, the dQ kernel
+# 228); at 256 the backward kernels put their two warp groups on a 64-row tile (they split its
+# columns, halving the accumulators a thread holds; the row reductions then cross warp groups),
+# which spills 20 bytes or none, where one warp group a tile spills 0.7-1.9 KB.
 TABLE = {
     32: AttentionTuning(),
     64: AttentionTuning(),
     128: AttentionTuning(),
-    256: AttentionTuning(fwd_block_m=64, fwd_block_n=64, fwd_stages=2, dkdv_stages=1, dq_stages=1, quant_chunk=32),
+    256: AttentionTuning(fwd_block_m=64, fwd_block_n=64, fwd_stages=2, dkdv_block_n=64, dq_block_m=64, quant_chunk=32),
 }
-INTERPRET = AttentionTuning(fwd_block_m=32, fwd_block_n=32, fwd_warps=4, fwd_stages=1, bwd_block_m=32,
-                            bwd_block_n=32, dkdv_warps=4, dkdv_stages=1, dq_warps=4, dq_stages=1, quant_chunk=128)
+INTERPRET = AttentionTuning(fwd_block_m=32, fwd_block_n=32, fwd_warps=4, fwd_stages=1, dkdv_block_n=32,
+                            dkdv_block_m=32, dkdv_warps=4, dkdv_stages=1, dq_block_m=32, dq_block_n=32, dq_warps=4,
+                            dq_stages=1, quant_chunk=128)
 
 _OVERRIDE: contextvars.ContextVar = contextvars.ContextVar("lowbit_attention_tuning", default=None)
 
@@ -62,11 +75,12 @@ def tuning_for(dp: int, interpret: bool) -> AttentionTuning:
 
 
 def kernel_tiles(head_dim: int, recipe, interpret: bool):
-    """(forward block_n, backward block_m, backward block_n) of a call with this QK head dim, clipped
-    to ``recipe``'s scale block: what the emulation needs to round P and dS as the kernels do."""
+    """(forward block_n, dK/dV kernel block_m, dQ kernel block_n) of a call with this QK head dim,
+    clipped to ``recipe``'s scale block: the forward's key blocks (its running max) and the widths
+    of the dS rows the backward rounds with one scale, which the emulation needs."""
     tune = tuning_for(padded_dim(head_dim), interpret)
-    bm, bn = recipe.tiles(tune.bwd_block_m, tune.bwd_block_n)
-    return recipe.tiles(tune.fwd_block_m, tune.fwd_block_n)[1], bm, bn
+    return (recipe.tiles(tune.fwd_block_m, tune.fwd_block_n)[1], recipe.tiles(1, tune.dkdv_block_m)[1],
+            recipe.tiles(1, tune.dq_block_n)[1])
 
 
 @contextlib.contextmanager
