@@ -6,7 +6,7 @@ H100/H200 computes, ``tensor_core_mm``).
 
 Layout (B, H, S, D) for one batch of equal-length sequences (varlen callers split the packed
 sequences and call these once per sequence). Notation (``lowbit.scaling.attention`` has the
-recipe): ``qc, kc, vc`` the E4M3 codes, ``sq, sk, sv`` their per-token (block-constant) power-of-two
+recipe): ``qc, kc, vc`` the E4M3 codes, ``sq, sk, sv`` their per-token (block-constant) fp32
 scales (``amax / 448`` per block), ``c = scale * log2(e) / hb`` (hb: Hadamard block, 1 without
 rotation), ``g_i = sq_i c``; products of fp32 numbers below are rounded to fp32 in the order written.
 

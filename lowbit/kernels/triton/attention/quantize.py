@@ -1,5 +1,5 @@
 """The attention's quantize pass: Q, K, V or dO (any strides, dense or packed) -> E4M3 codes in
-lowbit's padded layouts, with one power-of-two scale per ``BLOCK`` tokens of a head and sequence.
+lowbit's padded layouts, with one fp32 scale per ``BLOCK`` tokens of a head and sequence.
 
 One program per (scale block, sequence, head); a sequence's rows are padded to a multiple of
 ``PAD`` (``max(128, BLOCK)``). Pass 1 reads the block (``CHUNK`` rows by ``DC``
