@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-# Training tests (tiny tensors, many steps): one intra-op thread. On a shared 2-core machine
+# Training and audit tests (tiny tensors, many steps): one intra-op thread. On a shared 2-core machine
 # OpenMP threads waiting on each other made their steps 10-20x slower.
-_ONE_THREAD_DIRS = ("nn", "convert", "demo", "monitor")
+_ONE_THREAD_DIRS = ("nn", "convert", "demo", "monitor", "validate", "attention")
 
 
 @pytest.fixture(autouse=True)

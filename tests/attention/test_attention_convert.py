@@ -18,15 +18,6 @@ STEPS = 24
 TOL = 0.03  # relative, on the mean of the last 4 losses (tests/convert/test_clients.py's fp8 tolerance)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors, many steps: one intra-op thread (as tests/conftest.py does for tests/convert)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _llama():
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(vocab_size=48, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
