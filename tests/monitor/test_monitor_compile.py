@@ -28,8 +28,9 @@ def _run(f, m, mon, steps=3, bad=1):
 def test_nan_planted_in_a_compiled_backward_is_found_without_graph_break():
     import torch._inductor.config as cfg
     torch._dynamo.reset()
-    # no compile worker pool and no vector-ISA probing: a few kernels compile faster in-process
-    with cfg.patch(compile_threads=1, **{"cpp.vec_isa_ok": False}):
+    # no compile worker pool: a few kernels compile faster in-process. The vector ISA is left alone:
+    # turning it off here left later inductor builds in the run with vectorised code and no vector headers.
+    with cfg.patch(compile_threads=1):
         _planted_backward_found()
 
 
