@@ -1,7 +1,11 @@
 """GPU bit-exactness record: one sha256 digest per case of every kernel lowbit launches, to compare
 two trees (before and after a change) on the same machine.
 
-    python3 benchmarks/bitexact.py --out DIR [--device cpu]      (about a minute on an H200)
+    python3 benchmarks/bitexact.py --out DIR [--device cpu] [--shard I/N]
+
+``--shard I/N`` runs the I-th (0-based) of N shares of the cases and writes ``DIR/bitexact.I.json``:
+N processes compile their kernels in parallel; the union of the shares is the whole record. Cases
+that share kernels (a cast of one format, a GEMM's scale layout, a format's Linear) stay together.
 
 Only public API that every tree of the layout change has: ``lowbit.kernels.quantize_fp8`` /
 ``quantize_fp8_t`` / ``quantize_fp4`` / ``scaled_mm`` with ``backend="triton"``, the recipes
@@ -70,7 +74,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--device", default="cuda")
+    p.add_argument("--shard", default="0/1", help="I/N: run cases I, I+N, I+2N, ... (default all)")
     args = p.parse_args()
+    shard, shards = (int(v) for v in args.shard.split("/"))
     import lowbit  # noqa: F401  (registers the backends)
     from lowbit.convert import FORMATS
     from lowbit.dtypes import FP4Tensor, FP8Tensor
@@ -83,13 +89,18 @@ def main():
     small = dev.type == "cpu"  # the interpreter: smaller shapes
     out, t0 = {}, time.time()
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "bitexact.json")
+    path = os.path.join(args.out, "bitexact.json" if shards == 1 else f"bitexact.{shard}.json")
+    groups: dict[str, int] = {}  # group -> its index in order of first appearance
 
     def save():
         with open(path, "w") as f:
             json.dump(out, f, indent=0, sort_keys=True)
 
     def case(name, fn):
+        words = name.split()
+        group = name if words[0] == "linear" else " ".join(words[:2])
+        if groups.setdefault(group, len(groups)) % shards != shard:
+            return
         try:
             d = fn()
         except Exception as e:  # a failing case is recorded; the others go on

@@ -8,10 +8,12 @@ Backward tiles: the dK/dV kernel owns ``dkdv_block_n`` keys and steps over ``dkd
 queries (the width of the dS rows its dK product rounds with one scale); the dQ kernel owns
 ``dq_block_m`` queries and steps over ``dq_block_n`` keys (likewise for dQ). A program's rows are
 16 a warp (``rows = 16 * warps``) so that each warp group owns 64 rows and the row reductions
-stay inside warps. The defaults put two warp groups (128 rows) on a program: the tiles a step
-loads (Q, Q^T, dO, dO^T in the dK/dV kernel, K, K^T, V in the dQ kernel) then serve 128 rows,
-which halves the L2 -> SM traffic per product (64-row programs need ~64 FP8 MACs a byte, about
-15 TB/s at the tensor cores' peak). Every tile is clipped to the recipe's scale block.
+stay inside warps. At head dims up to 128 the defaults put one warp group (64 rows) on a program
+and two programs on an SM: the tiles a step loads serve half as many rows as with 128-row programs
+(twice the L2 -> SM traffic a product), and the two programs hide each other's softmax and
+rescaling. Every tile is clipped to the recipe's scale block, and the tiles that set a scale
+block's width (``fwd_block_n``, ``dkdv_block_m``, ``dq_block_n``) give the same bits under any
+choice of the other fields.
 """
 from __future__ import annotations
 
@@ -26,34 +28,35 @@ __all__ = ["AttentionTuning", "TABLE", "INTERPRET", "tuning_for", "kernel_tiles"
 
 @dataclass(frozen=True)
 class AttentionTuning:
-    fwd_block_m: int = 128
+    fwd_block_m: int = 64
     fwd_block_n: int = 128
-    fwd_warps: int = 8
+    fwd_warps: int = 4
     fwd_stages: int = 3
     fwd_maxnreg: Optional[int] = None  # a register cap (ptxas), e.g. 168: three 4-warp CTAs an SM
-    dkdv_block_n: int = 128
+    dkdv_block_n: int = 64
     dkdv_block_m: int = 64
-    dkdv_warps: int = 8
+    dkdv_warps: int = 4
     dkdv_stages: int = 2
-    dq_block_m: int = 128
+    dq_block_m: int = 64
     dq_block_n: int = 64
-    dq_warps: int = 8
-    dq_stages: int = 2
+    dq_warps: int = 4
+    dq_stages: int = 3
     quant_chunk: int = 64
     quant_warps: int = 4
 
 
 # Keyed by the padded QK head dim (192 pads to 256). Compiled for sm_90a on the CPU (ptxas of triton
-# 3.6, the lent H200's, and 3.9): at head dims 64 and 128 no kernel spills (the dK/dV kernel holds
-# its 2 x 64 x 128 fp32 accumulators a warp group in 255 registers, the forward 243, the dQ kernel
-# 228); at 256 the backward kernels put their two warp groups on a 64-row tile (they split its
-# columns, halving the accumulators a thread holds; the row reductions then cross warp groups),
-# which spills 20 bytes or none, where one warp group a tile spills 0.7-1.9 KB.
+# 3.6, the lent H200's, and 3.9): at head dims 64 and 128 no kernel spills (at 128 the dK/dV kernel
+# holds its 2 x 64 x 128 fp32 accumulators in 255 registers a thread, the dQ kernel 214, the forward
+# 212); at 256 every kernel puts two warp groups on a 64-row tile (they split its columns, halving
+# the accumulators a thread holds; the row reductions then cross warp groups), which spills 20
+# bytes or none, where one warp group a tile spills 0.7-1.9 KB.
 TABLE = {
     32: AttentionTuning(),
     64: AttentionTuning(),
     128: AttentionTuning(),
-    256: AttentionTuning(fwd_block_m=64, fwd_block_n=64, fwd_stages=2, dkdv_block_n=64, dq_block_m=64, quant_chunk=32),
+    256: AttentionTuning(fwd_block_n=64, fwd_warps=8, fwd_stages=2, dkdv_warps=8, dq_warps=8, dq_stages=2,
+                         quant_chunk=32),
 }
 INTERPRET = AttentionTuning(fwd_block_m=32, fwd_block_n=32, fwd_warps=4, fwd_stages=1, dkdv_block_n=32,
                             dkdv_block_m=32, dkdv_warps=4, dkdv_stages=1, dq_block_m=32, dq_block_n=32, dq_warps=4,
