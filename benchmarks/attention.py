@@ -44,7 +44,6 @@ import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests", "attention"))
 if "--cpu-smoke" in sys.argv:
     os.environ["TRITON_INTERPRET"] = "1"
 
@@ -71,12 +70,12 @@ FWD_SWEEP = [dict(fwd_block_m=m, fwd_block_n=n, fwd_warps=w, fwd_stages=s, fwd_m
                                    (64, 128, 4, 3, None), (64, 64, 4, 3, 168), (128, 64, 8, 3, None)]]
 # Backward: dK/dV kernel (keys a program, queries a step, warps, stages), dQ kernel (queries a
 # program, keys a step, warps, stages); rows = 16 a warp. 128-row programs: 1 CTA an SM, half the
-# L2 traffic of 64-row ones (2 CTAs an SM).
+# L2 traffic of 64-row ones (2 CTAs an SM; the default at head dims up to 128).
 BWD_SWEEP = [dict(dkdv_block_n=kn, dkdv_block_m=km, dkdv_warps=kw, dkdv_stages=ks, dq_block_m=qm, dq_block_n=qn,
                   dq_warps=qw, dq_stages=qs)
              for kn, km, kw, ks, qm, qn, qw, qs in [(128, 64, 8, 2, 128, 64, 8, 2), (64, 64, 4, 2, 64, 64, 4, 2),
                                                     (128, 64, 8, 3, 128, 64, 8, 3), (128, 32, 8, 3, 64, 128, 4, 2),
-                                                    (64, 32, 4, 3, 128, 32, 8, 2), (128, 64, 8, 1, 64, 64, 4, 3)]]
+                                                    (64, 32, 4, 3, 128, 32, 8, 2), (64, 64, 4, 2, 64, 64, 4, 3)]]
 AGREE = 2e-3  # kernels vs the emulation with the accumulator model, relative L2 per part
 PARTS = ("out", "dq", "dk", "dv")
 DEV = "cuda"
@@ -130,7 +129,7 @@ def _time(fn):
 
 
 def _inputs(B, hq, hkv, S, D, Dv, seed=0, outliers=False):
-    from attention_reference import outlier_inputs
+    from lowbit.validate.attention_baseline import outlier_inputs
     shapes = [(B, hq, S, D), (B, hkv, S, D), (B, hkv, S, Dv), (B, hq, S, Dv)]
     if outliers:
         return [t.to(DEV).to(torch.bfloat16) for t in outlier_inputs(shapes, seed)]
@@ -179,7 +178,7 @@ SMALL = [  # (B, Hq, Hkv, Sq, Sk, D, Dv, kwargs, packed lengths)
 def check_small(run: Run, quick: bool):
     """Kernels vs the emulation (with and without the Hopper accumulator model, same device) and vs
     float64 (within 1.25x of plain per-head E4M3), bf16 inputs, one row per tensor part."""
-    from attention_reference import exact, outlier_inputs, plain_e4m3
+    from lowbit.validate.attention_baseline import exact, outlier_inputs, plain_e4m3
     from lowbit.kernels.attention import attention_backward, attention_forward
     from lowbit.scaling import AttentionRecipe
     from lowbit.validate.metrics import HOPPER_FP8
@@ -234,7 +233,7 @@ def check_accumulator_model(run: Run):
     its neighbours (bits 13-15, groups of 8-32), so one run says which model is the hardware's."""
     import dataclasses
 
-    from attention_reference import outlier_inputs
+    from lowbit.validate.attention_baseline import outlier_inputs
     from lowbit.kernels.attention_emulation import quantize_tokens, tensor_core_mm
     from lowbit.validate.metrics import HOPPER_FP8
     a, b = (quantize_tokens(t.to(DEV)[None, None], 0)[0][0, 0] for t in outlier_inputs([(256, 128), (256, 128)], 5))

@@ -7,10 +7,11 @@ backend (the Triton kernels: natively on a GPU, under ``TRITON_INTERPRET=1`` on 
 table (kernel, backend, format, shape, inputs, max ULP or bound ratio, pass/fail) and
 ``to_dict()`` the JSON of ``--json``.
 
-``quick`` (what CI runs): the adversarial inputs (which hold random rows too), 8x256 casts and
-16x48x256 GEMMs (K = 320 for blockwise: a partial chunk). Otherwise also random inputs, 256x1024
-casts (the oracle on a sample, every element against the torch reference), bf16 inputs, GEMMs of
-128x128x1024 (the Gluon kernels' shapes on sm_90) and 16x32x16384, and bf16 outputs.
+``quick`` (what CI runs): the adversarial inputs (which hold random rows too), 8x256 casts,
+16x48x256 GEMMs (K = 320 for blockwise: a partial chunk) and attention at 33 and 40 tokens.
+Otherwise also random inputs, 256x1024 casts (the oracle on a sample, every element against the
+torch reference), bf16 inputs, GEMMs of 128x128x1024 (the Gluon kernels' shapes on sm_90) and
+16x32x16384, bf16 outputs, and attention at 77 and 128 tokens (1024 on a GPU).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import json
 
 import torch
 
-from . import check_casts, check_gemm
+from . import check_attention, check_casts, check_gemm
 from .kernel_checks import AuditConfig, CheckResult, KernelCheck
 
 __all__ = ["CHECKS", "KernelAudit", "audit_kernels"]
@@ -27,6 +28,8 @@ __all__ = ["CHECKS", "KernelAudit", "audit_kernels"]
 CHECKS = (
     KernelCheck("casts", "quantize_fp8 / quantize_fp8_t / quantize_fp4 of every recipe, bit-exact", check_casts.run),
     KernelCheck("gemm", "scaled_mm of every format pair, error / analytic bound", check_gemm.run),
+    KernelCheck("attention", "FP8 attention forward and backward, error / 1.25x the plain E4M3 error",
+                check_attention.run),
 )
 
 

@@ -14,7 +14,7 @@ from lowbit.scaling import AttentionRecipe
 from lowbit.validate.hardware import probe_bits, probe_promotion
 from lowbit.validate.metrics import HOPPER_FP8, tensor_core_bound
 
-from attention_reference import outlier_inputs
+from lowbit.validate.attention_baseline import outlier_inputs
 
 CHAIN = 128  # a kernel tile: each product restarts from zero, the tiles are added in fp32
 

@@ -1,8 +1,8 @@
 """FP8 attention accuracy against float64 (the exact emulation, through the SDPA drop-in and its
 autograd), at the issue's three shapes, with N(0, 1) inputs carrying 0.1% of 20x outliers.
 
-* The default recipe stays within 1.25x of the plain per-head E4M3 baseline (computed here, see
-  ``reference.plain_e4m3``) for the output and the three gradients.
+* The default recipe stays within 1.25x of the plain per-head E4M3 baseline
+  (``lowbit.validate.attention_baseline.plain_e4m3``) for the output and the three gradients.
 * The Hadamard option lowers the output and dQ errors at S=1024 (where outliers dominate them)
   below the default recipe's.
 """
@@ -11,7 +11,7 @@ import pytest
 from lowbit.nn.functional import scaled_dot_product_attention
 from lowbit.scaling import AttentionRecipe
 
-from attention_reference import exact, outlier_inputs, plain_e4m3, rel
+from lowbit.validate.attention_baseline import exact, outlier_inputs, plain_e4m3, rel
 
 SHAPES = {  # (B, Hq, Hkv, S, D, causal)
     "S128-D64-causal": (2, 4, 4, 128, 64, True),

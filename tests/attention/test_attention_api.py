@@ -14,7 +14,7 @@ from lowbit.nn.functional import scaled_dot_product_attention as sdpa
 from lowbit.nn.functional import scaled_dot_product_attention_varlen as sdpa_varlen
 from lowbit.scaling import AttentionRecipe
 
-from attention_reference import outlier_inputs, rel
+from lowbit.validate.attention_baseline import outlier_inputs, rel
 
 
 def _qkv(hq=2, hkv=2, s=24, d=32, dtype=torch.float32, b=1):

@@ -1,16 +1,29 @@
-"""References for the attention tests: outlier inputs, exact float64 attention with its gradients,
-and the plain per-head E4M3 baseline the accuracy targets are stated against.
+"""What FP8 attention's accuracy is stated against: outlier inputs, float64 attention with its
+gradients, and the plain per-head E4M3 baseline.
 
-Inputs: N(0, 1) with 0.1% of the values multiplied by 20 (the issue's distribution).
-Baseline ("plain per-head E4M3"): every GEMM operand rounded to E4M3 with one amax/448 scale per
-head, everything else exact: O = E(P) E(V) with P the exact softmax of E(Q) E(K)^T * scale;
-dV = E(P)^T E(dO), dP = E(dO) E(V)^T, dS = P (dP - delta), dQ = E(dS) E(K) scale,
-dK = E(dS)^T E(Q) scale (delta from the exact output)."""
+* ``outlier_inputs(shapes, seed)``: N(0, 1) with 0.1% of the values multiplied by 20.
+* ``exact(q, k, v, dout, causal, window, scale)``: float64 ``(O, dQ, dK, dV)`` of softmax attention
+  by autograd (GQA by repeating K and V); its rounding (~1e-16 relative) is far below any FP8
+  error it judges. ``lowbit.validate.references.attention`` is the correctly rounded forward.
+* ``plain_e4m3(...)``: every GEMM operand rounded to E4M3 with one ``amax / 448`` scale per head,
+  everything else exact: ``O = E(P) E(V)`` with ``P`` the exact softmax of ``E(Q) E(K)^T * scale``;
+  ``dV = E(P)^T E(dO)``, ``dP = E(dO) E(V)^T``, ``dS = P (dP - delta)``, ``dQ = E(dS) E(K) scale``,
+  ``dK = E(dS)^T E(Q) scale`` (``delta`` from the exact output). The accuracy contract of
+  ``lowbit.nn.scaled_dot_product_attention``: each of O, dQ, dK, dV within 1.25x of this
+  baseline's relative L2 error against ``exact``.
+* ``rel(a, b)``: relative L2 error ``|a - b| / |b|``.
+"""
+from __future__ import annotations
+
 import math
 
 import torch
 
-from lowbit.kernels.attention_emulation import visible
+from ..kernels.attention_emulation import visible
+
+__all__ = ["outlier_inputs", "exact", "plain_e4m3", "rel", "CONTRACT"]
+
+CONTRACT = 1.25  # error / plain E4M3 error, each of O, dQ, dK, dV
 
 
 def outlier_inputs(shapes, seed=0, dtype=torch.float32):
