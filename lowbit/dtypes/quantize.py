@@ -55,7 +55,10 @@ def round_to_grid(y: torch.Tensor, fmt: Format, rounding: str = "rne", saturate:
         k = torch.round(k)  # half to even
     elif rounding == "stochastic":
         lo = torch.floor(k)
-        u = torch.rand(k.shape, generator=generator, device=k.device, dtype=torch.float32)
+        # (no generator= without a generator: rand's generator overload takes no symbolic sizes, which
+        # a fake-tensor trace with dynamic token counts passes; the default generator draws the same)
+        kw = {} if generator is None else {"generator": generator}
+        u = torch.rand(k.shape, device=k.device, dtype=torch.float32, **kw)
         k = lo + (u < (k - lo)).to(k.dtype)
     else:
         raise ValueError(f"rounding must be 'rne' or 'stochastic', got {rounding!r}")

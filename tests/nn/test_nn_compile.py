@@ -52,6 +52,28 @@ def test_nvfp4_stochastic_rounding_compiles_and_replays_eager_bit_for_bit():
     assert comp_sd["0.lowbit_state.sr._extra_state"] == {"step": 3}
 
 
+def test_fp8_and_nvfp4_compile_for_changing_token_counts_and_match_eager_bit_for_bit():
+    """The second token count makes Dynamo trace the tokens as a symbolic size: the ops' fake
+    implementations then run on symbolic shapes (NV's stochastic rounding among them)."""
+    from lowbit.convert import FORMATS
+    for fmt in ("fp8", "nvfp4"):
+        torch._dynamo.reset()
+        runs = []
+        for compiled in (False, True):
+            m = _model(FORMATS[fmt]())
+            f = torch.compile(m, fullgraph=True, backend="aot_eager") if compiled else m
+            g = torch.Generator().manual_seed(1)
+            out = []
+            for tokens in (16, 48, 80):
+                x = torch.randn(tokens, 32, generator=g).requires_grad_()
+                y = f(x)
+                y.square().mean().backward()
+                out += [y.detach(), x.grad, m[0].weight.grad]
+                m.zero_grad()
+            runs.append(out)
+        assert all(torch.equal(a, b) for a, b in zip(*runs)), fmt
+
+
 def test_compiled_graphs_call_the_custom_ops_and_eager_bypasses_them():
     """Under torch.compile the forward and backward graphs hold the lowbit custom ops (not the
     emulation traced through); eager mode runs their Python implementations without the custom-op
