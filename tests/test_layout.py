@@ -4,8 +4,11 @@ no dated measurement or run log in its sources (they live in ``benchmarks/result
 Every module is parsed (no import runs) and every ``import`` / ``from ... import`` statement is an
 edge, wherever it stands (module level, inside a function or a branch). Importing ``a.b.c`` runs the
 ``__init__`` of every package on the way (``a.b``) as well as ``a.b.c``: each of those is an edge,
-except the packages that contain the importing module (they are being imported already when it
-runs). ``from pkg import name`` is an edge to ``pkg.name`` too when that is a module.
+except, at module level, the packages that contain the importing module (they are being imported
+already when it runs). Inside a function a containing package that is itself the import's target
+counts: ``import lowbit`` or ``from .. import x`` in ``lowbit.kernels.y`` reaches back up to the
+package's ``__init__`` and all it holds. ``from pkg import name`` is an edge to ``pkg.name`` too when
+that is a module.
 """
 import ast
 import os
@@ -29,15 +32,22 @@ def _modules() -> dict:
     return out
 
 
-def _targets(name: str, importer: str, modules: dict) -> set:
-    """The lowbit modules that importing ``name`` from ``importer`` executes."""
+def _targets(name: str, importer: str, modules: dict, in_function: bool = False) -> set:
+    """The lowbit modules that importing ``name`` from ``importer`` depends on (module docstring)."""
     parts = name.split(".")
     out = set()
     for i in range(1, len(parts) + 1):
         mod = ".".join(parts[:i])
-        if mod in modules and not (importer == mod or importer.startswith(mod + ".")):
+        inside = importer == mod or (importer.startswith(mod + ".") and not (in_function and mod == name))
+        if mod in modules and not inside:
             out.add(mod)
     return out
+
+
+def _function_level(tree) -> set:
+    """ids of the import statements inside a function or method body."""
+    return {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
 
 
 def _edges(modules: dict) -> dict:
@@ -46,10 +56,12 @@ def _edges(modules: dict) -> dict:
         tree = ast.parse(open(path, encoding="utf-8").read(), path)
         package = mod if is_pkg else mod.rpartition(".")[0]
         deps = set()
+        local = _function_level(tree)
         for node in ast.walk(tree):
+            in_function = id(node) in local
             if isinstance(node, ast.Import):
                 for a in node.names:
-                    deps |= _targets(a.name, mod, modules)
+                    deps |= _targets(a.name, mod, modules, in_function)
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
                     base = package.split(".")
@@ -59,10 +71,10 @@ def _edges(modules: dict) -> dict:
                     src = node.module or ""
                 if not src.startswith("lowbit"):
                     continue
-                deps |= _targets(src, mod, modules)
+                deps |= _targets(src, mod, modules, in_function)
                 for a in node.names:
                     if f"{src}.{a.name}" in modules:
-                        deps |= _targets(f"{src}.{a.name}", mod, modules)
+                        deps |= _targets(f"{src}.{a.name}", mod, modules, in_function)
         graph[mod] = deps
     return graph
 
@@ -102,16 +114,19 @@ def test_no_import_cycle_in_lowbit():
 
 def test_cycle_finder_sees_function_level_and_package_imports():
     """The walk itself: a function-level import closing a loop, and a loop through a package's
-    ``__init__``, are both reported; an import of the importer's own package is not an edge."""
+    ``__init__``, are both reported; a module-level import of the importer's own package is not an
+    edge, a function-level one is."""
     modules = {"lowbit.a": (None, False), "lowbit.b": (None, False), "lowbit.p": (None, True),
                "lowbit.p.m": (None, False), "lowbit": (None, True)}
     assert _targets("lowbit.p.m", "lowbit.a", modules) == {"lowbit.p", "lowbit.p.m"}
     assert _targets("lowbit.p", "lowbit.p.m", modules) == set()
+    assert _targets("lowbit", "lowbit.p.m", modules, in_function=True) == {"lowbit"}
+    assert _targets("lowbit.p.m", "lowbit.p.q", modules, in_function=True) == {"lowbit.p.m"}
     assert _cycle({"lowbit.a": {"lowbit.b"}, "lowbit.b": {"lowbit.a"}}) == ["lowbit.a", "lowbit.b", "lowbit.a"]
     assert _cycle({"lowbit.a": {"lowbit.p"}, "lowbit.p": {"lowbit.p.m"}, "lowbit.p.m": {"lowbit.a"}}) is not None
-    src = "def f():\n    from .b import x\n"
-    tree = ast.parse(src)
-    assert any(isinstance(n, ast.ImportFrom) for n in ast.walk(tree))  # ast.walk reaches function bodies
+    tree = ast.parse("import os\ndef f():\n    from .b import x\n")
+    inner = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert len(inner) == 1 and _function_level(tree) == {id(inner[0])}  # ast.walk reaches function bodies
 
 
 _DATE = re.compile(r"20[0-9]{2}-[0-9]{2}-[0-9]{2}")
