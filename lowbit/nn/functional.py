@@ -8,11 +8,11 @@ then ``y`` is rounded to x's dtype. Backward: the output gradient is quantized a
 for NVFP4) and ``dgrad = dY W``, ``wgrad = dY^T X`` go through ``scaled_mm`` as well, each operand quantized
 along the contraction dim of its own GEMM (see ``lowbit.nn.ops``). ``db = sum_tokens dY`` in fp32.
 
-Saved for backward, all in low precision: X^T quantized along the tokens (the wgrad operand; only
-when W needs a gradient) and W^T quantized along N (the dgrad operand; only when X needs one),
-with their scales. Neither X nor W is kept in high precision by this function (W is a parameter
-anyway). Tensorwise recipes save the transpose of the forward cast itself (same codes, same scale);
-the others save the transposed operand quantized from the high-precision tensor in the forward.
+Saved for backward, all in low precision but the weight: X^T quantized along the tokens (the wgrad
+operand; only when W needs a gradient) and, in eager mode, W^T quantized along N (the dgrad
+operand; only when X needs one), with their scales, both from the forward's casts (tensorwise
+recipes: the transpose of the forward cast itself). Under torch.compile the weight itself is kept
+(a parameter) and W^T cast again in the backward to the same bits (``lowbit.nn.ops``).
 
 Under ``torch.autocast``, x is cast to the autocast dtype first and y comes out in it.
 Inputs of any rank ``(..., K)`` are flattened to ``(M, K)``.
@@ -48,13 +48,16 @@ def _bias_grad_dtype(ctx, bias) -> Optional[torch.dtype]:
 
 
 class _FP8Linear(torch.autograd.Function):
+    """The graph path (torch.compile): the custom ops; x^T kept in FP8, the weight itself kept for
+    the backward's cast of w^T (``lowbit.nn.ops``)."""
+
     @staticmethod
     def forward(ctx, x, w, bias, recipe, backend, cold, n_state, *tensors):
         state = list(tensors[:n_state])
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        y, *saved = _call("fp8_linear_fwd", x, w, bias, state[:4], recipe, backend, need_dw, need_dx,
-                          cold[0], cold[1])
-        ctx.save_for_backward(*saved)
+        y, xt_data, xt_scale, w_scale = _call("fp8_linear_fwd", x, w, bias, state[:4], recipe, backend, need_dw,
+                                              cold[0], cold[1])
+        ctx.save_for_backward(xt_data, xt_scale, w if need_dx else None, w_scale)
         # the grad-scaling buffers are updated in place by the backward op: held on ctx, not
         # saved (a layer used twice per step would otherwise trip autograd's version check)
         ctx.gstate = state[4:]
@@ -64,9 +67,10 @@ class _FP8Linear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         recipe, backend, x_dtype, w_dtype, need_dx, need_dw, db_dtype, prime_g = ctx.meta
-        xd, xs, wd, ws = ctx.saved_tensors
-        dx, dw = _call("fp8_linear_bwd", g, xd, xs, wd, ws, ctx.gstate, recipe, backend, x_dtype, w_dtype,
-                       need_dx, need_dw, prime_g)
+        xt_data, xt_scale, w, w_scale = ctx.saved_tensors
+        w = g.new_empty((0,), dtype=w_dtype) if w is None else w
+        dx, dw = _call("fp8_linear_bwd", g, xt_data, xt_scale, w, w_scale, ctx.gstate, recipe, backend, x_dtype,
+                       w_dtype, need_dx, need_dw, prime_g)
         return (dx if need_dx else None, dw if need_dw else None, _db(g, db_dtype), None, None, None, None,
                 *([None] * (len(ctx.needs_input_grad) - 7)))
 

@@ -13,15 +13,21 @@ Operands (x: (M, K) activations, w: (N, K) weight, g: (M, N) output gradient), e
 along the contraction dim of its own GEMM:
 
 =========  =====================  ========================  =====================
-GEMM       A (M-side, along K)    B (along K)               saved from forward
+GEMM       A (M-side, along K)    B (along K)               its B operand
 =========  =====================  ========================  =====================
 forward    x along K              w along K, as w^T         -
 dgrad      g along N              w^T along N, as w         w^T quantized along N
 wgrad      g^T along M (tokens)   x^T along M, as x         x^T quantized along M
 =========  =====================  ========================  =====================
 
-FP8 recipes use ``quantize_fp8_t`` (one cast gives both orientations; tensorwise shares one scale
-and one amax, so the delayed state is updated once per tensor per step). FP4 recipes (MX e2m1,
+FP8 recipes cast x with ``quantize_fp8_t`` (one cast gives both orientations; tensorwise shares
+one scale and one amax, so the delayed state is updated once per tensor per step) and keep x^T in
+FP8 for the wgrad. The weight: eager mode (``fp8_forward`` / ``fp8_backward``) casts it the same way
+and keeps w^T; the graph ops (``fp8_linear_fwd`` / ``fp8_linear_bwd``, what torch.compile traces)
+keep the weight itself (a parameter: no memory) and cast w^T again in the backward
+(``_recast_t``: the same cast, under delayed scaling with the forward's scale, so the same bits),
+which keeps one byte a parameter out of the compiled graph's saved values at the cost of one more
+read of the weight. FP4 recipes (MX e2m1,FP4 recipes (MX e2m1,
 NV) quantize the transposed operands anew from the high-precision tensors; for the wgrad operands
 the token dim is zero-padded to a multiple of the block (16 for NV, 32 for MX): zero rows change
 neither the product nor any scale, and they let NV apply its 16x16 random Hadamard transform to
@@ -142,22 +148,29 @@ def fp8_backward(g, xt, wt, st_g, recipe, backend, x_dtype, w_dtype, need_dx, ne
     return dx, dw
 
 
-def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, need_wt, prime_x=False, prime_w=False):
+def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, prime_x=False, prime_w=False):
     recipe = decode(recipe_s)
     fake = _fake_mode(x, w)
     st_x, st_w = _states(recipe, state, ("input", "weight"), (prime_x, prime_w), (x, w), fake)
-    y, qx_t, qw_t = fp8_forward(x, w, bias, st_x, st_w, recipe, backend, need_xt, need_wt)
-    xt = (qx_t._data, qx_t._scale.clone()) if qx_t is not None else (_empty(x, torch.float8_e4m3fn), _empty(x))
-    wt = (qw_t._data, qw_t._scale.clone()) if qw_t is not None else (_empty(x, torch.float8_e4m3fn), _empty(x))
-    return y, *xt, *wt
+    backend = _backend(backend, x, w)
+    if need_xt:
+        qx, qx_t = quantize_fp8_t(x, recipe, "input", st_x, backend)
+        xt = (qx_t._data, qx_t._scale.clone())
+    else:
+        qx, xt = quantize_fp8(x, recipe, "input", st_x, backend), (_empty(x, torch.float8_e4m3fn), _empty(x))
+    qw = w if isinstance(w, FP8Tensor) else quantize_fp8(w, recipe, "weight", st_w, backend)
+    y = scaled_mm(qx, qw.t(), x.dtype, bias, backend, fast_accum=getattr(recipe, "fast_accum_fwd", False))
+    w_scale = qw._scale.clone() if st_w is not None else _empty(x)  # the backward recasts w with it
+    return y, *xt, w_scale
 
 
 @torch.library.custom_op("lowbit::fp8_linear_fwd", mutates_args=("state",))
 def fp8_linear_fwd(x: T, w: T, bias: Optional[T], state: List[T], recipe: str, backend: str,
-                   need_xt: bool, need_wt: bool, prime_x: bool, prime_w: bool) -> Tuple[T, T, T, T, T]:
-    """``y = x w^T + bias`` -> (y, x^T data, x^T scale, w^T data, w^T scale) (empty when not needed);
-    ``prime_*``: the cold start of that role's delayed scale (from the tensor's own amax)."""
-    return _graph_fp8_fwd(x, w, bias, state, recipe, backend, need_xt, need_wt, prime_x, prime_w)
+                   need_xt: bool, prime_x: bool, prime_w: bool) -> Tuple[T, T, T, T]:
+    """``y = x w^T + bias`` -> (y, x^T data, x^T scale (empty when not needed), the delayed scale
+    the weight's cast used (empty for the other recipes)); ``prime_*``: the cold start of that
+    role's delayed scale (from the tensor's own amax)."""
+    return _graph_fp8_fwd(x, w, bias, state, recipe, backend, need_xt, prime_x, prime_w)
 
 
 def _graph_fp8_fwd(*args):
@@ -167,26 +180,41 @@ def _graph_fp8_fwd(*args):
 fp8_linear_fwd.register_fake(_graph_fp8_fwd)
 
 
-def _fp8_bwd(g, xt_data, xt_scale, wt_data, wt_scale, state, recipe_s, backend, x_dtype, w_dtype,
-             need_dx, need_dw, prime_g=False):
+def _recast_t(t, recipe, role: str, scale: T, backend: str) -> FP8Tensor:
+    """``t^T`` cast as ``quantize_fp8_t`` casts it, under delayed scaling with ``scale`` (the
+    forward's) on a throwaway history: the forward's cast of ``t`` transposed, bit for bit."""
+    st = None
+    if isinstance(recipe, Delayed):
+        st = DelayedScalingState.over(recipe, recipe.format(role), scale.new_zeros(recipe.history_len),
+                                      scale.clone())
+    return quantize_fp8_t(t, recipe, role, st, backend)[1]
+
+
+def _fp8_bwd(g, xt_data, xt_scale, w, w_scale, state, recipe_s, backend, x_dtype, w_dtype, need_dx, need_dw,
+             prime_g=False):
     recipe = decode(recipe_s)
     (st_g,) = _states(recipe, state, ("grad",), (prime_g,), (g,), _fake_mode(g))
-    wt = FP8Tensor(wt_data, wt_scale, recipe.granularity("weight"), w_dtype) if need_dx else None
-    xt = FP8Tensor(xt_data, xt_scale, recipe.granularity("input"), x_dtype) if need_dw else None
+    backend = _backend(backend, g)
+    wt = xt = None
+    if need_dx:
+        wt = _contiguous_t(w) if isinstance(w, FP8Tensor) else _recast_t(w, recipe, "weight", w_scale, backend)
+    if need_dw:
+        xt = FP8Tensor(xt_data, xt_scale, recipe.granularity("input"), x_dtype)
     return fp8_backward(g, xt, wt, st_g, recipe, backend, x_dtype, w_dtype, need_dx, need_dw)
 
 
 @torch.library.custom_op("lowbit::fp8_linear_bwd", mutates_args=("state",))
-def fp8_linear_bwd(g: T, xt_data: T, xt_scale: T, wt_data: T, wt_scale: T, state: List[T], recipe: str,
-                   backend: str, x_dtype: torch.dtype, w_dtype: torch.dtype, need_dx: bool,
-                   need_dw: bool, prime_g: bool) -> Tuple[T, T]:
-    """(dgrad ``g w``, wgrad ``g^T x``) from the saved FP8 operands; empty when not needed."""
-    return _graph_fp8_bwd(g, xt_data, xt_scale, wt_data, wt_scale, state, recipe, backend, x_dtype, w_dtype,
-                          need_dx, need_dw, prime_g)
+def fp8_linear_bwd(g: T, xt_data: T, xt_scale: T, w: T, w_scale: T, state: List[T], recipe: str, backend: str,
+                   x_dtype: torch.dtype, w_dtype: torch.dtype, need_dx: bool, need_dw: bool,
+                   prime_g: bool) -> Tuple[T, T]:
+    """(dgrad ``g w``, wgrad ``g^T x``) from the saved x^T and the weight (module docstring); empty
+    when not needed."""
+    return _graph_fp8_bwd(g, xt_data, xt_scale, w, w_scale, state, recipe, backend, x_dtype, w_dtype, need_dx,
+                          need_dw, prime_g)
 
 
-def _graph_fp8_bwd(g, xt_data, xt_scale, wt_data, wt_scale, *rest):
-    return _fp8_bwd(g, xt_data, _bits_as_e8m0(xt_scale), wt_data, _bits_as_e8m0(wt_scale), *rest)
+def _graph_fp8_bwd(g, xt_data, xt_scale, *rest):
+    return _fp8_bwd(g, xt_data, _bits_as_e8m0(xt_scale), *rest)
 
 
 fp8_linear_bwd.register_fake(_graph_fp8_bwd)

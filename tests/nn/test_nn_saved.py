@@ -1,0 +1,64 @@
+"""What a compiled converted model keeps for its backward: the FP8 x^T of each Linear and no FP8
+copy of any weight (the graph ops cast w^T again in the backward), and the recast gives the bits
+of the forward's cast: compiled and eager agree bit for bit on the Triton kernels too."""
+import pytest
+import torch
+from functorch.compile import make_boxed_func
+from torch import nn
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+import lowbit
+from lowbit.convert import FORMATS
+
+TOKENS, DIMS = 48, (32, 64, 32)  # every dim a multiple of 32: MX converts both Linears
+
+
+def _model(fmt, backend="auto"):
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(DIMS[0], DIMS[1]), nn.GELU(), nn.Linear(DIMS[1], DIMS[2]))
+    return lowbit.convert(m, recipe=FORMATS[fmt](), filter=lambda n, mod: True, backend=backend)
+
+
+def _saved(model) -> list:
+    """(dtype, shape) of every value the backward graph takes but parameters and gradients."""
+    saved = []
+
+    def bw(gm, example_inputs):
+        for n in gm.graph.nodes:
+            v = n.meta.get("val")
+            if n.op == "placeholder" and not n.name.startswith(("tangents", "primals")) and \
+                    isinstance(v, torch.Tensor):
+                saved.append((v.dtype, tuple(v.shape)))
+        return make_boxed_func(gm.forward)
+    torch._dynamo.reset()
+    backend = aot_autograd(fw_compiler=lambda gm, ex: make_boxed_func(gm.forward), bw_compiler=bw,
+                           partition_fn=min_cut_rematerialization_partition)
+    f = torch.compile(model, backend=backend, fullgraph=True)
+    f(torch.randn(TOKENS, DIMS[0], requires_grad=True)).square().mean().backward()
+    return saved
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "fp8-block", "mxfp8"])
+def test_compiled_graph_keeps_x_transposed_in_fp8_and_no_weight_copy(fmt):
+    fp8 = sorted(shape for dtype, shape in _saved(_model(fmt)) if dtype == torch.float8_e4m3fn)
+    assert fp8 == sorted([(DIMS[0], TOKENS), (DIMS[1], TOKENS)])  # x^T of both Linears, nothing else
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "fp8-block"])
+def test_compiled_and_eager_agree_bit_for_bit_on_the_triton_kernels(fmt):
+    runs = []
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        m = _model(fmt, backend="triton")
+        f = torch.compile(m, backend="aot_eager", fullgraph=True) if compiled else m
+        g = torch.Generator().manual_seed(1)
+        out = []
+        for _ in range(3):  # delayed scaling: the recast of step s uses step s's scale, not the updated one
+            x = torch.randn(TOKENS, DIMS[0], generator=g).requires_grad_()
+            y = f(x)
+            y.square().mean().backward()
+            out += [y.detach(), x.grad, m[0].weight.grad, m[2].weight.grad]
+            m.zero_grad()
+        runs.append(out + [b.clone() for _, b in sorted(m.state_dict().items())])
+    assert len(runs[0]) == len(runs[1]) and all(torch.equal(a, b) for a, b in zip(*runs))
