@@ -74,7 +74,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--device", default="cuda")
-    p.add_argument("--shard", default="0/1", help="I/N: run cases I, I+N, I+2N, ... (default all)")
+    p.add_argument("--shard", default="0/1", help="I/N: run the I-th of N shares of the cases (default all)")
     args = p.parse_args()
     shard, shards = (int(v) for v in args.shard.split("/"))
     import lowbit  # noqa: F401  (registers the backends)

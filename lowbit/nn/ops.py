@@ -27,7 +27,7 @@ and keeps w^T; the graph ops (``fp8_linear_fwd`` / ``fp8_linear_bwd``, what torc
 keep the weight itself (a parameter: no memory) and cast w^T again in the backward
 (``_recast_t``: the same cast, under delayed scaling with the forward's scale, so the same bits),
 which keeps one byte a parameter out of the compiled graph's saved values at the cost of one more
-read of the weight. FP4 recipes (MX e2m1,FP4 recipes (MX e2m1,
+read of the weight. FP4 recipes (MX e2m1,
 NV) quantize the transposed operands anew from the high-precision tensors; for the wgrad operands
 the token dim is zero-padded to a multiple of the block (16 for NV, 32 for MX): zero rows change
 neither the product nor any scale, and they let NV apply its 16x16 random Hadamard transform to

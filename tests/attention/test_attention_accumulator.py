@@ -11,10 +11,9 @@ from lowbit.dtypes.formats import E4M3
 from lowbit.kernels.attention import attention_forward
 from lowbit.kernels.attention_emulation import quantize_tokens, tensor_core_mm
 from lowbit.scaling import AttentionRecipe
+from lowbit.validate.attention_baseline import outlier_inputs
 from lowbit.validate.hardware import probe_bits, probe_promotion
 from lowbit.validate.metrics import HOPPER_FP8, tensor_core_bound
-
-from lowbit.validate.attention_baseline import outlier_inputs
 
 CHAIN = 128  # a kernel tile: each product restarts from zero, the tiles are added in fp32
 

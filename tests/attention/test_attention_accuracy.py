@@ -10,7 +10,6 @@ import pytest
 
 from lowbit.nn.functional import scaled_dot_product_attention
 from lowbit.scaling import AttentionRecipe
-
 from lowbit.validate.attention_baseline import exact, outlier_inputs, plain_e4m3, rel
 
 SHAPES = {  # (B, Hq, Hkv, S, D, causal)

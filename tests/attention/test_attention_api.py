@@ -13,7 +13,6 @@ from lowbit.kernels.attention_emulation import visible
 from lowbit.nn.functional import scaled_dot_product_attention as sdpa
 from lowbit.nn.functional import scaled_dot_product_attention_varlen as sdpa_varlen
 from lowbit.scaling import AttentionRecipe
-
 from lowbit.validate.attention_baseline import outlier_inputs, rel
 
 

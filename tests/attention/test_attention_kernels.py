@@ -4,15 +4,14 @@ windowed masks, cross attention, GQA, packed sequences, non-power-of-two head di
 48/32), the Hadamard option, per-head scales, Q quantized by the pass or inside the forward,
 fp32 and bf16 inputs. The emulation computes the
 kernels' numbers up to fp32 summation order, so the two agree far inside the FP8 error; both stay
-within 1.25x of the plain per-head E4M3 baseline's error against float64 (``lowbit.validate.attention_baseline``).
-NaN inputs give NaN outputs."""
+within 1.25x of the plain per-head E4M3 baseline's error against float64
+(``lowbit.validate.attention_baseline``). NaN inputs give NaN outputs."""
 import pytest
 import torch
 
 from lowbit.kernels.attention import attention_backward, attention_forward
 from lowbit.kernels.triton.runtime import interpreting
 from lowbit.scaling import AttentionRecipe
-
 from lowbit.validate.attention_baseline import exact, outlier_inputs, plain_e4m3, rel
 
 AGREE = 2e-3  # kernel vs emulation, relative L2 (their FP8 error against float64 is ~5e-2)
