@@ -46,11 +46,11 @@ class AttentionTuning:
 
 
 # Keyed by the padded QK head dim (192 pads to 256). Compiled for sm_90a on the CPU (ptxas of triton
-# 3.6, the lent H200's, and 3.9): at head dims 64 and 128 no kernel spills (at 128 the dK/dV kernel
-# holds its 2 x 64 x 128 fp32 accumulators in 255 registers a thread, the dQ kernel 214, the forward
-# 212); at 256 every kernel puts two warp groups on a 64-row tile (they split its columns, halving
-# the accumulators a thread holds; the row reductions then cross warp groups), which spills 20
-# bytes or none, where one warp group a tile spills 0.7-1.9 KB.
+# 3.6, the lent H200's, and 3.9): at head dims 64 and 128 no kernel spills (the dK/dV kernel holds
+# its 2 x 64 x 128 fp32 accumulators in one warp group's registers); at 256 every kernel puts two
+# warp groups on a 64-row tile (they split its columns, halving the accumulators a thread holds;
+# the row reductions then cross warp groups), which spills 20 bytes or none, where one warp group a
+# tile spills 0.7-1.9 KB.
 TABLE = {
     32: AttentionTuning(),
     64: AttentionTuning(),
