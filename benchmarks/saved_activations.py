@@ -23,7 +23,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from benchmarks.common import append_results, env_info, guarded, parse_args, print_table, result_row  # noqa: E402
 
 
-def _backend(saved: list):
+def saved_backend(saved: list):
+    """A torch.compile backend (AOT autograd, min-cut partitioner, no code generation) that appends
+    ``(dtype, shape, bytes)`` of every value the backward graph takes, parameters and output
+    gradients aside, to ``saved``."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import min_cut_rematerialization_partition
@@ -33,7 +36,7 @@ def _backend(saved: list):
             v = n.meta.get("val")
             if n.op == "placeholder" and not n.name.startswith(("tangents", "primals")) and \
                     isinstance(v, torch.Tensor):
-                saved.append((str(v.dtype).replace("torch.", ""), v.numel() * v.element_size()))
+                saved.append((v.dtype, tuple(v.shape), v.numel() * v.element_size()))
         return make_boxed_func(gm.forward)
     return aot_autograd(fw_compiler=lambda gm, ex: make_boxed_func(gm.forward), bw_compiler=bw,
                         partition_fn=min_cut_rematerialization_partition)
@@ -64,12 +67,13 @@ def measure(args, variant: str, device: str) -> dict:
     model = _model(args, variant, device)
     saved: list = []
     torch._dynamo.reset()
-    step = torch.compile(model, backend=_backend(saved))
+    step = torch.compile(model, backend=saved_backend(saved))
     ids = torch.randint(0, 1024, (2, args.tokens), device=device)
     step(input_ids=ids, labels=ids).loss.backward()
     by_dtype: dict = {}
-    for dtype, n in saved:
-        by_dtype[dtype] = by_dtype.get(dtype, 0) + n
+    for dtype, _, n in saved:
+        name = str(dtype).replace("torch.", "")
+        by_dtype[name] = by_dtype.get(name, 0) + n
     return {"variant": variant, "saved MiB": sum(by_dtype.values()) / 2 ** 20, "tensors": len(saved),
             "by dtype (MiB)": ", ".join(f"{k} {v / 2 ** 20:.2f}" for k, v in sorted(by_dtype.items(), key=lambda kv: -kv[1]))}
 

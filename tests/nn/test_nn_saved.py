@@ -3,12 +3,10 @@ copy of any weight (the graph ops cast w^T again in the backward), and the recas
 of the forward's cast: compiled and eager agree bit for bit on the Triton kernels too."""
 import pytest
 import torch
-from functorch.compile import make_boxed_func
 from torch import nn
-from torch._dynamo.backends.common import aot_autograd
-from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 import lowbit
+from benchmarks.saved_activations import saved_backend
 from lowbit.convert import FORMATS
 
 TOKENS, DIMS = 48, (32, 64, 32)  # every dim a multiple of 32: MX converts both Linears
@@ -23,20 +21,10 @@ def _model(fmt, backend="auto"):
 def _saved(model) -> list:
     """(dtype, shape) of every value the backward graph takes but parameters and gradients."""
     saved = []
-
-    def bw(gm, example_inputs):
-        for n in gm.graph.nodes:
-            v = n.meta.get("val")
-            if n.op == "placeholder" and not n.name.startswith(("tangents", "primals")) and \
-                    isinstance(v, torch.Tensor):
-                saved.append((v.dtype, tuple(v.shape)))
-        return make_boxed_func(gm.forward)
     torch._dynamo.reset()
-    backend = aot_autograd(fw_compiler=lambda gm, ex: make_boxed_func(gm.forward), bw_compiler=bw,
-                           partition_fn=min_cut_rematerialization_partition)
-    f = torch.compile(model, backend=backend, fullgraph=True)
+    f = torch.compile(model, backend=saved_backend(saved), fullgraph=True)
     f(torch.randn(TOKENS, DIMS[0], requires_grad=True)).square().mean().backward()
-    return saved
+    return [(dtype, shape) for dtype, shape, _ in saved]
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "fp8-block", "mxfp8"])
