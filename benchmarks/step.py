@@ -109,9 +109,10 @@ def build_model(w: Workload, device: str) -> torch.nn.Module:
     return model.to(w.dtype).train()
 
 
-def make_variant(model: torch.nn.Module, name: str, all_layers: bool = False) -> torch.nn.Module:
+def make_variant(model: torch.nn.Module, name: str, all_layers: bool = False, head: bool = False) -> torch.nn.Module:
     """``all_layers``: lowbit converts every Linear but the head (``filter=``), not only those the
-    size rule of ``lowbit.convert``'s default filter keeps."""
+    size rule of ``lowbit.convert``'s default filter keeps; ``head``: the output head too (with the
+    size rule unless ``all_layers``), the coverage of torchao's default filter."""
     if name in ("bf16", "fp32"):
         return model
     if name.startswith("torchao-"):
@@ -120,8 +121,15 @@ def make_variant(model: torch.nn.Module, name: str, all_layers: bool = False) ->
         cfg = None if recipe == "tensorwise" else Float8LinearConfig.from_recipe_name(recipe)
         return convert_to_float8_training(model, config=cfg)
     import lowbit
-    from lowbit.convert import HEAD_NAMES
-    keep = (lambda fqn, mod: fqn.rsplit(".", 1)[-1] not in HEAD_NAMES) if all_layers else None
+    from lowbit.convert import HEAD_NAMES, recipe_for
+    from lowbit.sizing import size_problem
+    recipe = recipe_for(name)
+    keep = None
+    if all_layers or head:
+        def keep(fqn, mod):
+            if fqn.rsplit(".", 1)[-1] in HEAD_NAMES:
+                return head
+            return all_layers or size_problem(recipe, mod.in_features, mod.out_features, mod.weight.device) is None
     return lowbit.convert(model, name, filter=keep)
 
 
@@ -202,7 +210,7 @@ def run_variant(workload: str, name: str, mode: str, args, batches, recorder: Op
     free_memory(device)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    model = make_variant(build_model(w, device), name, args.all_layers)
+    model = make_variant(build_model(w, device), name, args.all_layers, args.head)
     fn = {"eager": lambda: model, "compiled": lambda: torch.compile(model),
           "reduce-overhead": lambda: torch.compile(model, mode="reduce-overhead")}[mode]()
     opt = torch.optim.AdamW(model.parameters(), lr=LR, fused=cuda)
@@ -253,7 +261,7 @@ def reference(table: List[dict], row: dict, variant: str) -> Optional[dict]:
                  and x.get("variant") == variant and "ms" in x), None)
 
 
-def result_rows(env: dict, table: List[dict], w: Workload, all_layers: bool) -> List[dict]:
+def result_rows(env: dict, table: List[dict], w: Workload, all_layers: bool, head: bool = False) -> List[dict]:
     """The results.csv rows of one workload's table, with ratios against the anchor and torchao
     tensorwise in the same mode (``ratio > 1``: better than the anchor)."""
     rows = []
@@ -262,8 +270,8 @@ def result_rows(env: dict, table: List[dict], w: Workload, all_layers: bool) -> 
         if "ms" not in r:
             continue
         lowbit_fmt = r["variant"] not in (anchor, *TORCHAO_NAMES)
-        variant = (f"{'lowbit ' if lowbit_fmt else ''}{r['variant']}{' all-layers' if lowbit_fmt and all_layers else ''}"
-                   f" {r['mode']}")
+        cover = (" all-layers" if all_layers else "") + (" +head" if head else "") if lowbit_fmt else ""
+        variant = f"{'lowbit ' if lowbit_fmt else ''}{r['variant']}{cover} {r['mode']}"
         for metric, key in (("step_ms", "ms"), ("peak_GiB", "GiB")):
             if key not in r:
                 continue
@@ -312,6 +320,7 @@ def add_options(p) -> None:
     p.add_argument("--steps", type=int, default=None, help="timed steps (default 20, --quick 8)")
     p.add_argument("--all-layers", action="store_true", help="lowbit converts every Linear but the head "
                                                                  "(no size rule)")
+    p.add_argument("--head", action="store_true", help="lowbit converts the output head too (torchao's coverage)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
 
 
@@ -351,7 +360,7 @@ def main() -> List[dict]:
                                                                    if k not in ("workload", "mode", "variant")),
                       flush=True)  # a time limit loses no row
                 free_memory(args.device)
-        rows += result_rows(env, wtable, w, args.all_layers)
+        rows += result_rows(env, wtable, w, args.all_layers, args.head)
         table += wtable
     append_results(rows, args.out)
     write_json(args.out, "step", {"env": env, "table": table, "rows": rows})
