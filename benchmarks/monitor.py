@@ -9,8 +9,9 @@ Checks first (a 2-layer Llama of hidden 256, bf16, on the GPU):
   (``mode="reduce-overhead"``: the records write the static buffer in place, so the replays record);
 * no host sync inside a monitored forward + backward (``torch.cuda.set_sync_debug_mode("warn")``,
   warnings counted, eager);
-* the Triton reduction gives the torch ops' figures (all columns but the clock), and its read
-  bandwidth on 512 MiB of bf16 beside eager ``x.abs().amax()``.
+* the Triton reduction gives the torch ops' figures (all columns but the clock) at every launch
+  of ``SWEEP``, and each launch's read bandwidth (bf16, 512 / 64 / 16 MiB, with and without a
+  scale) beside torch's one-read ``x.amax()``; the fastest at 64 MiB is also timed in the step.
 
 Then the cost: the training step (forward with labels, backward, grads set to None; no optimizer,
 so the ratio is against the smallest step) of a Hugging Face Llama with ``--layers`` decoder layers
@@ -29,6 +30,7 @@ regional compile, 2 rounds (within 4 minutes on an H200). The full run is one co
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -39,7 +41,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from common import append_results, bench_ms, env_info, guarded, parse_args, print_table, result_row, write_json  # noqa: E402
+from common import (append_results, bench_ms, env_info, guarded, kernel_profile, parse_args,  # noqa: E402
+                    print_table, result_row, write_json)
 
 
 def llama(layers, hidden, inter, heads, kv, vocab, seed=0):
@@ -145,26 +148,51 @@ def _planted(mode: str, out_dir: str) -> dict:
             "first_nonfinite": str(mon.first_nonfinite), "host_syncs": syncs}
 
 
-def _kernel_check() -> dict:
+SWEEP = ((4096, 1, 8, 4), (4096, 2, 8, 4), (4096, 4, 8, 4), (2048, 4, 4, 8), (2048, 2, 4, 8), (1024, 4, 4, 16),
+         (8192, 1, 8, 4), (4096, 2, 8, 8), (2048, 4, 8, 4))  # (block, unroll, warps, programs an SM)
+
+
+def _kernel_check(sweep_rows: list) -> dict:
+    """The kernel's figures against the torch reduction (every launch of ``SWEEP``), then each
+    launch's read bandwidth on bf16 tensors of 512, 64 and 16 MiB (with and without a scale) beside
+    torch's one-read ``x.amax()``; returns the check with the fastest launch at 64 MiB unscaled."""
     from lowbit.dtypes.formats import get_format
     from lowbit.monitor.stats import COL, reduce_into, reset_template
-    from lowbit.monitor.stats_kernel import launch
+    from lowbit.monitor.stats_kernel import DEFAULT, StatsLaunch, launch
     x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16) * 30
     x[5, 7], x[9, 1] = float("nan"), float("inf")
     scale = torch.tensor(0.05, device="cuda")
     f = get_format("e4m3")
-    a, b = reset_template(1, "cuda"), reset_template(1, "cuda")
-    reduce_into(a, 0, x, scale, f, kernel=False)
-    launch(b, 0, x, scale, f)
+    ref = reset_template(2, "cuda")
+    reduce_into(ref, 0, x, scale, f, kernel=False)
+    reduce_into(ref, 1, x[:4097])
     cols = [c for n, c in COL.items() if n != "seq"]
-    same = bool(torch.equal(a[0, cols], b[0, cols]))
-    big = torch.randn(256 * 2 ** 20, device="cuda", dtype=torch.bfloat16)  # 512 MiB
-    buf = reset_template(1, "cuda")
-    ms_k = bench_ms(lambda: launch(buf, 0, big, scale, f))
-    ms_t = bench_ms(lambda: big.abs().amax())
-    gbs = big.numel() * 2 / ms_k / 1e6
-    return {"variant": "check triton reduction", "ok": same, "kernel_GB/s": gbs,
-            "amax_GB/s": big.numel() * 2 / ms_t / 1e6}
+    configs = [StatsLaunch(*c) for c in SWEEP]
+    same = True
+    for cfg in configs:
+        got = reset_template(2, "cuda")
+        launch(got, 0, x, scale, f, config=cfg)
+        launch(got, 1, x[:4097], None, None, config=cfg)
+        same &= bool(torch.equal(ref[:2, cols], got[:2, cols]))
+    best = {}
+    for mib in (512, 64, 16):
+        big = torch.randn(mib * 2 ** 19, device="cuda", dtype=torch.bfloat16)
+        gb = big.numel() * 2 / 1e6
+        amax_gbs = gb / bench_ms(lambda: torch.amax(big))
+        buf = reset_template(1, "cuda")
+        for cfg in configs:
+            for sc in (None, scale):
+                ms = bench_ms(lambda: launch(buf, 0, big, sc, f if sc is not None else None, config=cfg))
+                row = {"variant": f"stats {mib} MiB{' scaled' if sc is not None else ''} {tuple(vars(cfg).values())}",
+                       "GB/s": gb / ms, "amax_GB/s": amax_gbs, "vs_amax": gb / ms / amax_gbs, "mib": mib,
+                       "scaled": sc is not None, "launch": cfg, "default": cfg == DEFAULT}
+                sweep_rows.append(row)
+                if mib == 64 and sc is None and row["GB/s"] > best.get("GB/s", 0):
+                    best = row
+        del big
+    dflt = next(r for r in sweep_rows if r["default"] and r["mib"] == 512 and not r["scaled"])
+    return {"variant": "check triton reduction", "ok": same, "kernel_GB/s": dflt["GB/s"],
+            "amax_GB/s": dflt["amax_GB/s"], "best": best["launch"]}
 
 
 # ---- cost ------------------------------------------------------------------------------------
@@ -180,6 +208,10 @@ def main():
         print("monitor.py needs a CUDA GPU")
         return 2
     import lowbit
+    from torch._dynamo.utils import counters
+    from lowbit.monitor import stats_kernel
+    from lowbit.monitor.stats_kernel import DEFAULT
+    default_launch = stats_kernel.launch
     env = env_info()
     t_start = time.time()
     compile_mode = args.compile or ("regional" if args.quick else "whole")
@@ -192,10 +224,13 @@ def main():
         if r:
             checks.append(r)
             print(r, flush=True)
-    r = guarded(checks, "check triton reduction", _kernel_check)
+    sweep = []
+    r = guarded(checks, "check triton reduction", lambda: _kernel_check(sweep))
+    best = None
     if r:
         checks.append(r)
         print(r, flush=True)
+        best = r["best"] if r["ok"] else None
     for c in checks:
         if "ok" in c:
             csv.append(result_row(env, "monitor check", "2-layer Llama h256 / 8192x4096 bf16", c["variant"], "pass",
@@ -203,9 +238,10 @@ def main():
         if c.get("host_syncs") is not None:
             csv.append(result_row(env, "monitor check", "2-layer Llama h256", "eager fwd+bwd", "host syncs",
                                   float(c["host_syncs"])))
-        if "kernel_GB/s" in c:
-            csv.append(result_row(env, "monitor stats kernel", "512 MiB bf16", "triton stats (1 pass, 5 figures)",
-                                  "GB/s", c["kernel_GB/s"], "x.abs().amax() eager", c["kernel_GB/s"] / c["amax_GB/s"]))
+    for w in sweep:
+        csv.append(result_row(env, "monitor stats kernel", f"{w['mib']} MiB bf16{', scaled' if w['scaled'] else ''}",
+                              f"launch {tuple(vars(w['launch']).values())} (block, unroll, warps, programs/SM)",
+                              "GB/s", w["GB/s"], "torch.amax(x)", w["vs_amax"]))
 
     shape = f"{args.layers}L h4096 i14336 32/8 heads v128256, 2x4096 tokens, {compile_mode} compile"
     ids = torch.randint(0, 128256, (2, 4096), device="cuda")
@@ -226,9 +262,11 @@ def main():
         if "compiled" in modes:
             plan += [("compiled", v) for v in ("none", "monitor every=1", "monitor every=1 sqnr_every=10",
                                                "detect_anomaly")]
+            if best is not None and best != DEFAULT:
+                plan.insert(2, ("compiled", f"monitor every=1 launch {tuple(vars(best).values())}"))
         if "eager" in modes:
             plan += [("eager", v) for v in ("none", "monitor every=1", "detect_anomaly")]
-        base, at = {}, {"mode": None}
+        base, at, profiles = {}, {"mode": None}, {}
         fn = None
         for mode, variant in plan:
             row = {"variant": f"{dt} {mode} {variant}"}
@@ -242,6 +280,8 @@ def main():
                         layer._compiled_call_impl = None  # undo a regional compilation
                     fn = compiled() if mode == "compiled" else model
                 mon = None
+                stats_kernel.launch = functools.partial(default_launch, config=best) if "launch" in variant \
+                    else default_launch  # (the sweep's fastest launch, for this variant only)
                 if variant.startswith("monitor"):
                     mon = lowbit.monitor(fn, on_anomaly="record", sqnr_every=10 if "sqnr" in variant else 0)
                 step = make_step(model, fn, ids, mon)
@@ -256,6 +296,15 @@ def main():
                     ms = timed_ms(step, rounds)
                 row["ms"] = ms
                 row["peak_GiB"] = torch.cuda.max_memory_allocated() / 2 ** 30
+                if mode == "compiled" and variant in ("none", "monitor every=1"):  # where the time goes
+                    prof = kernel_profile(step, calls=3)
+                    if prof:
+                        row["device_ms"] = prof["ms"]
+                        row["launches"] = prof["launches"]
+                        row["stats_ms"] = sum(v for k, v in prof["kernels"].items() if "stats_kernel" in k)
+                        profiles[variant] = prof["kernels"]
+                    row["graphs"] = counters["stats"]["unique_graphs"]
+                    row["graph_breaks"] = sum(counters["graph_break"].values())
                 if variant == "none":
                     base[mode] = ms
                 row["ratio"] = ms / base[mode] if mode in base else None
@@ -265,19 +314,31 @@ def main():
                 rows.append(row)
                 csv.append(result_row(env, "llama train step + lowbit.monitor", shape, row["variant"], "ms", ms,
                                       f"{dt} {mode}, no monitor", row["ratio"]))
+                for key, metric in (("device_ms", "device ms (profiled)"), ("stats_ms", "stats kernels device ms")):
+                    if key in row:
+                        csv.append(result_row(env, "llama train step + lowbit.monitor", shape, row["variant"], metric,
+                                              row[key]))
                 print(f"{row['variant']}: {ms:.2f} ms ratio {row['ratio']} (first step {row['first_step_s']} s, "
                       f"{time.time() - t_start:.0f} s so far)", flush=True)
             guarded(rows, row["variant"], run)
             torch.cuda.reset_peak_memory_stats()
+        if len(profiles) == 2:  # the kernels the monitor adds or lengthens, largest first
+            a, b = profiles["none"], profiles["monitor every=1"]
+            diff = sorted(((b.get(k, 0.0) - a.get(k, 0.0), k) for k in set(a) | set(b)), reverse=True)
+            print(f"{dt}: device ms the monitor adds per step, by kernel:")
+            for d, k in diff[:12]:
+                print(f"  {d:+8.3f}  {k[:110]}")
         fn = model = None  # free the model before the next one is built
         torch.cuda.empty_cache()
 
     append_results(csv, args.out)
     write_json(args.out, "monitor", {"env": env, "checks": checks, "rows": rows, "shape": shape})
     print(env)
+    print_table(sweep, ["variant", "GB/s", "vs_amax"])
     print_table(checks, ["variant", "ok", "first_nonfinite", "host_syncs", "kernel_GB/s",
-                         "amax_GB/s", "error"])
-    print_table(rows, ["variant", "ms", "ratio", "peak_GiB", "first_step_s", "events", "error"])
+                         "amax_GB/s", "best", "error"])
+    print_table(rows, ["variant", "ms", "ratio", "peak_GiB", "first_step_s", "events", "device_ms", "stats_ms",
+                       "launches", "graphs", "graph_breaks", "error"])
     print(f"total {time.time() - t_start:.0f} s")
     return 0
 
