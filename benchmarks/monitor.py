@@ -9,9 +9,9 @@ Checks first (a 2-layer Llama of hidden 256, bf16, on the GPU):
   (``mode="reduce-overhead"``: the records write the static buffer in place, so the replays record);
 * no host sync inside a monitored forward + backward (``torch.cuda.set_sync_debug_mode("warn")``,
   warnings counted, eager);
-* the Triton reduction gives the torch ops' figures (all columns but the clock) at every launch
-  of ``SWEEP``, and each launch's read bandwidth (bf16, 512 / 64 / 16 MiB, with and without a
-  scale) beside torch's one-read ``x.amax()``; the fastest at 64 MiB is also timed in the step.
+* the Triton reduction gives the torch ops' figures (all columns but the clock), and its read
+  bandwidth on 512 MiB of bf16, without and with a cast's scale, beside torch's one-read
+  ``torch.amax(x)``.
 
 Then the cost: the training step (forward with labels, backward, grads set to None; no optimizer,
 so the ratio is against the smallest step) of a Hugging Face Llama with ``--layers`` decoder layers
@@ -21,8 +21,10 @@ tokens, bf16 and lowbit "fp8", compiled (``--compile whole``: ``torch.compile(mo
 ``lowbit.monitor(every=1)`` (``mon.step()`` inside the timed step), ``sqnr_every=10``, and
 ``torch.autograd.detect_anomaly`` (no monitor); with ``--modes compiled,eager`` also eager: no
 monitor, every=1, detect_anomaly. Targets: every=1 <= 1.03x, SQNR every 10 <= 1.05x of no
-monitor, compiled. Attaching and detaching a monitor resets Dynamo, so every compiled variant
-compiles anew (and under regional compilation each watched layer compiles on its own: its rows
+monitor, compiled. The compiled steps without a monitor and with every=1 are also profiled
+(device ms per step, the stats kernels' share, launches, Dynamo graphs and graph breaks), and
+the kernels the monitor adds are printed, largest first. Attaching and detaching a monitor
+resets Dynamo, so every compiled variant compiles anew (and under regional compilation each watched layer compiles on its own: its rows
 are constants of its graph). Each figure: median over rounds of (10 steps timed with CUDA events)
 / 10, after 3 warm-up steps (the first step's seconds are recorded too). ``--quick``: 2 layers,
 regional compile, 2 rounds (within 4 minutes on an H200). The full run is one command per dtype
@@ -30,7 +32,6 @@ regional compile, 2 rounds (within 4 minutes on an H200). The full run is one co
 """
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import time
@@ -148,51 +149,25 @@ def _planted(mode: str, out_dir: str) -> dict:
             "first_nonfinite": str(mon.first_nonfinite), "host_syncs": syncs}
 
 
-SWEEP = ((4096, 1, 8, 4), (4096, 2, 8, 4), (4096, 4, 8, 4), (2048, 4, 4, 8), (2048, 2, 4, 8), (1024, 4, 4, 16),
-         (8192, 1, 8, 4), (4096, 2, 8, 8), (2048, 4, 8, 4))  # (block, unroll, warps, programs an SM)
-
-
-def _kernel_check(sweep_rows: list) -> dict:
-    """The kernel's figures against the torch reduction (every launch of ``SWEEP``), then each
-    launch's read bandwidth on bf16 tensors of 512, 64 and 16 MiB (with and without a scale) beside
-    torch's one-read ``x.amax()``; returns the check with the fastest launch at 64 MiB unscaled."""
+def _kernel_check() -> dict:
     from lowbit.dtypes.formats import get_format
     from lowbit.monitor.stats import COL, reduce_into, reset_template
-    from lowbit.monitor.stats_kernel import DEFAULT, StatsLaunch, launch
+    from lowbit.monitor.stats_kernel import launch
     x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16) * 30
     x[5, 7], x[9, 1] = float("nan"), float("inf")
     scale = torch.tensor(0.05, device="cuda")
     f = get_format("e4m3")
-    ref = reset_template(2, "cuda")
-    reduce_into(ref, 0, x, scale, f, kernel=False)
-    reduce_into(ref, 1, x[:4097])
+    a, b = reset_template(1, "cuda"), reset_template(1, "cuda")
+    reduce_into(a, 0, x, scale, f, kernel=False)
+    launch(b, 0, x, scale, f)
     cols = [c for n, c in COL.items() if n != "seq"]
-    configs = [StatsLaunch(*c) for c in SWEEP]
-    same = True
-    for cfg in configs:
-        got = reset_template(2, "cuda")
-        launch(got, 0, x, scale, f, config=cfg)
-        launch(got, 1, x[:4097], None, None, config=cfg)
-        same &= bool(torch.equal(ref[:2, cols], got[:2, cols]))
-    best = {}
-    for mib in (512, 64, 16):
-        big = torch.randn(mib * 2 ** 19, device="cuda", dtype=torch.bfloat16)
-        gb = big.numel() * 2 / 1e6
-        amax_gbs = gb / bench_ms(lambda: torch.amax(big))
-        buf = reset_template(1, "cuda")
-        for cfg in configs:
-            for sc in (None, scale):
-                ms = bench_ms(lambda: launch(buf, 0, big, sc, f if sc is not None else None, config=cfg))
-                row = {"variant": f"stats {mib} MiB{' scaled' if sc is not None else ''} {tuple(vars(cfg).values())}",
-                       "GB/s": gb / ms, "amax_GB/s": amax_gbs, "vs_amax": gb / ms / amax_gbs, "mib": mib,
-                       "scaled": sc is not None, "launch": cfg, "default": cfg == DEFAULT}
-                sweep_rows.append(row)
-                if mib == 64 and sc is None and row["GB/s"] > best.get("GB/s", 0):
-                    best = row
-        del big
-    dflt = next(r for r in sweep_rows if r["default"] and r["mib"] == 512 and not r["scaled"])
-    return {"variant": "check triton reduction", "ok": same, "kernel_GB/s": dflt["GB/s"],
-            "amax_GB/s": dflt["amax_GB/s"], "best": best["launch"]}
+    same = bool(torch.equal(a[0, cols], b[0, cols]))
+    big = torch.randn(256 * 2 ** 20, device="cuda", dtype=torch.bfloat16)  # 512 MiB
+    buf = reset_template(1, "cuda")
+    gb = big.numel() * 2 / 1e6
+    return {"variant": "check triton reduction", "ok": same, "amax_GB/s": gb / bench_ms(lambda: torch.amax(big)),
+            "kernel_GB/s": gb / bench_ms(lambda: launch(buf, 0, big, None, None)),
+            "scaled_GB/s": gb / bench_ms(lambda: launch(buf, 0, big, scale, f))}
 
 
 # ---- cost ------------------------------------------------------------------------------------
@@ -209,9 +184,6 @@ def main():
         return 2
     import lowbit
     from torch._dynamo.utils import counters
-    from lowbit.monitor import stats_kernel
-    from lowbit.monitor.stats_kernel import DEFAULT
-    default_launch = stats_kernel.launch
     env = env_info()
     t_start = time.time()
     compile_mode = args.compile or ("regional" if args.quick else "whole")
@@ -224,13 +196,10 @@ def main():
         if r:
             checks.append(r)
             print(r, flush=True)
-    sweep = []
-    r = guarded(checks, "check triton reduction", lambda: _kernel_check(sweep))
-    best = None
+    r = guarded(checks, "check triton reduction", _kernel_check)
     if r:
         checks.append(r)
         print(r, flush=True)
-        best = r["best"] if r["ok"] else None
     for c in checks:
         if "ok" in c:
             csv.append(result_row(env, "monitor check", "2-layer Llama h256 / 8192x4096 bf16", c["variant"], "pass",
@@ -238,10 +207,10 @@ def main():
         if c.get("host_syncs") is not None:
             csv.append(result_row(env, "monitor check", "2-layer Llama h256", "eager fwd+bwd", "host syncs",
                                   float(c["host_syncs"])))
-    for w in sweep:
-        csv.append(result_row(env, "monitor stats kernel", f"{w['mib']} MiB bf16{', scaled' if w['scaled'] else ''}",
-                              f"launch {tuple(vars(w['launch']).values())} (block, unroll, warps, programs/SM)",
-                              "GB/s", w["GB/s"], "torch.amax(x)", w["vs_amax"]))
+        for key, what in (("kernel_GB/s", "triton stats (1 pass)"), ("scaled_GB/s", "triton stats with a scale (1 pass)")):
+            if key in c:
+                csv.append(result_row(env, "monitor stats kernel", "512 MiB bf16", what, "GB/s", c[key],
+                                      "torch.amax(x)", c[key] / c["amax_GB/s"]))
 
     shape = f"{args.layers}L h4096 i14336 32/8 heads v128256, 2x4096 tokens, {compile_mode} compile"
     ids = torch.randint(0, 128256, (2, 4096), device="cuda")
@@ -262,8 +231,6 @@ def main():
         if "compiled" in modes:
             plan += [("compiled", v) for v in ("none", "monitor every=1", "monitor every=1 sqnr_every=10",
                                                "detect_anomaly")]
-            if best is not None and best != DEFAULT:
-                plan.insert(2, ("compiled", f"monitor every=1 launch {tuple(vars(best).values())}"))
         if "eager" in modes:
             plan += [("eager", v) for v in ("none", "monitor every=1", "detect_anomaly")]
         base, at, profiles = {}, {"mode": None}, {}
@@ -280,8 +247,6 @@ def main():
                         layer._compiled_call_impl = None  # undo a regional compilation
                     fn = compiled() if mode == "compiled" else model
                 mon = None
-                stats_kernel.launch = functools.partial(default_launch, config=best) if "launch" in variant \
-                    else default_launch  # (the sweep's fastest launch, for this variant only)
                 if variant.startswith("monitor"):
                     mon = lowbit.monitor(fn, on_anomaly="record", sqnr_every=10 if "sqnr" in variant else 0)
                 step = make_step(model, fn, ids, mon)
@@ -334,9 +299,8 @@ def main():
     append_results(csv, args.out)
     write_json(args.out, "monitor", {"env": env, "checks": checks, "rows": rows, "shape": shape})
     print(env)
-    print_table(sweep, ["variant", "GB/s", "vs_amax"])
     print_table(checks, ["variant", "ok", "first_nonfinite", "host_syncs", "kernel_GB/s",
-                         "amax_GB/s", "best", "error"])
+                         "scaled_GB/s", "amax_GB/s", "error"])
     print_table(rows, ["variant", "ms", "ratio", "peak_GiB", "first_step_s", "events", "device_ms", "stats_ms",
                        "launches", "graphs", "graph_breaks", "error"])
     print(f"total {time.time() - t_start:.0f} s")

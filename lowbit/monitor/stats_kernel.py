@@ -1,8 +1,7 @@
 """One pass over a tensor for every statistic of a record (``stats`` columns), in Triton.
 
-Each program walks the flat tensor grid-strided, ``UNROLL`` tiles of ``BLOCK`` elements an iteration
-(their loads issued together, so that many are in flight), and keeps per-lane counters (int32)
-and the per-lane finite max in fp32; then it adds its totals to the row with
+Each program walks the flat tensor in ``BLOCK``-element tiles, grid-strided, and keeps per-lane
+counters (int32) and the per-lane finite max in fp32; then it adds its totals to the row with
 float64 atomics (counts are integers: the sum is exact in any order) and takes the max with an
 atomic max. With a tensorwise ``scale`` it also counts ``|x / scale| > limit`` (saturated:
 ``stats.saturation_limit``; the quotient rounded as IEEE fp32 division, ``div_rn``) and ``x != 0
@@ -16,7 +15,6 @@ statistics do not depend on the order of the elements); anything else goes back 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -26,79 +24,45 @@ import triton.language as tl
 from ..kernels.triton.runtime import cdiv, interpreting, runnable, sm_count
 from .columns import COL, saturation_limit
 
-__all__ = ["launch", "StatsLaunch", "DEFAULT", "BLOCK"]
+__all__ = ["launch", "BLOCK"]
 
-
-@dataclass(frozen=True)
-class StatsLaunch:
-    """Launch parameters: elements a tile, tiles an iteration, warps, resident programs an SM."""
-
-    block: int = 4096
-    unroll: int = 1
-    warps: int = 8
-    programs_per_sm: int = 4
-
-
-DEFAULT = StatsLaunch()
-BLOCK = DEFAULT.block
-
-
-@triton.jit
-def _accumulate(x, nf, amax, sat, uf, nz, s, limit, tiny, HAS_SCALE: tl.constexpr):
-    """One tile's figures added to the per-lane counters and max."""
-    x = x.to(tl.float32)
-    a = tl.abs(x)
-    fin = a < float("inf")  # False for NaN and +-inf
-    nf += (~fin).to(tl.int32)
-    amax = tl.maximum(amax, tl.where(fin, a, 0.0))
-    if HAS_SCALE:
-        y = tl.abs(tl.math.div_rn(x, s))
-        nonzero = a != 0.0
-        sat += (y > limit).to(tl.int32)
-        uf += (nonzero & (y <= tiny)).to(tl.int32)
-        nz += nonzero.to(tl.int32)
-    return nf, amax, sat, uf, nz
+BLOCK = 4096
+PROGRAMS_PER_SM = 4
 
 
 @triton.jit
 def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, when_ptr, limit, tiny,
                   C_NF: tl.constexpr, C_AMAX: tl.constexpr, C_SAT: tl.constexpr, C_UF: tl.constexpr,
                   C_NZ: tl.constexpr, C_NUMEL: tl.constexpr, C_SEQ: tl.constexpr, C_SCALE: tl.constexpr,
-                  C_CALLS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_WHEN: tl.constexpr, BLOCK: tl.constexpr,
-                  UNROLL: tl.constexpr = 1):
-    tl.static_assert(UNROLL == 1 or UNROLL == 2 or UNROLL == 4)
+                  C_CALLS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_WHEN: tl.constexpr, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     go = True
     if HAS_WHEN:  # record only if that row has seen a non-finite element: else no tile is read
         go = tl.load(when_ptr + C_NF) > 0.0
     n_go = tl.where(go, n, 0)
-    step = tl.num_programs(0).to(tl.int64) * (BLOCK * UNROLL)
+    step = tl.num_programs(0).to(tl.int64) * BLOCK
     lanes = tl.arange(0, BLOCK)
     nf = tl.zeros([BLOCK], dtype=tl.int32)
     sat = tl.zeros([BLOCK], dtype=tl.int32)
     uf = tl.zeros([BLOCK], dtype=tl.int32)
     nz = tl.zeros([BLOCK], dtype=tl.int32)
     amax = tl.zeros([BLOCK], dtype=tl.float32)
-    s = 1.0
     if HAS_SCALE:
         s = tl.load(scale_ptr)
-    for start in range(pid.to(tl.int64) * (BLOCK * UNROLL), n_go, step):
-        o0 = start + lanes  # the iteration's loads are all issued before the first tile is used
-        x0 = tl.load(x_ptr + o0, mask=o0 < n, other=0.0)
-        if UNROLL >= 2:
-            o1 = o0 + BLOCK
-            x1 = tl.load(x_ptr + o1, mask=o1 < n, other=0.0)
-        if UNROLL == 4:
-            o2 = o0 + 2 * BLOCK
-            o3 = o0 + 3 * BLOCK
-            x2 = tl.load(x_ptr + o2, mask=o2 < n, other=0.0)
-            x3 = tl.load(x_ptr + o3, mask=o3 < n, other=0.0)
-        nf, amax, sat, uf, nz = _accumulate(x0, nf, amax, sat, uf, nz, s, limit, tiny, HAS_SCALE)
-        if UNROLL >= 2:
-            nf, amax, sat, uf, nz = _accumulate(x1, nf, amax, sat, uf, nz, s, limit, tiny, HAS_SCALE)
-        if UNROLL == 4:
-            nf, amax, sat, uf, nz = _accumulate(x2, nf, amax, sat, uf, nz, s, limit, tiny, HAS_SCALE)
-            nf, amax, sat, uf, nz = _accumulate(x3, nf, amax, sat, uf, nz, s, limit, tiny, HAS_SCALE)
+    for start in range(pid.to(tl.int64) * BLOCK, n_go, step):
+        offs = start + lanes
+        m = offs < n
+        x = tl.load(x_ptr + offs, mask=m, other=0.0).to(tl.float32)
+        a = tl.abs(x)
+        fin = a < float("inf")  # False for NaN and +-inf
+        nf += (~fin).to(tl.int32)
+        amax = tl.maximum(amax, tl.where(fin, a, 0.0))
+        if HAS_SCALE:
+            y = tl.abs(tl.math.div_rn(x, s))
+            nonzero = a != 0.0
+            sat += (y > limit).to(tl.int32)
+            uf += (nonzero & (y <= tiny)).to(tl.int32)
+            nz += nonzero.to(tl.int32)
     n_nf = tl.sum(nf, axis=0)
     tl.atomic_add(row_ptr + C_NF, n_nf.to(tl.float64), mask=go)
     tl.atomic_max(row_ptr + C_AMAX, tl.max(amax, axis=0).to(tl.float64), mask=go)
@@ -137,8 +101,7 @@ def _flat(x: torch.Tensor) -> Optional[torch.Tensor]:
     return None
 
 
-def launch(stats: torch.Tensor, slot: int, x: torch.Tensor, scale: Optional[torch.Tensor], fmt, when: int = -1,
-           config: StatsLaunch = DEFAULT) -> bool:
+def launch(stats: torch.Tensor, slot: int, x: torch.Tensor, scale: Optional[torch.Tensor], fmt, when: int = -1) -> bool:
     """Reduce ``x`` into ``stats[slot]`` (if ``when >= 0``: only when ``stats[when]`` counted a
     non-finite element); False (nothing launched) when the kernel can't take it."""
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32) or x.device != stats.device:
@@ -147,16 +110,14 @@ def launch(stats: torch.Tensor, slot: int, x: torch.Tensor, scale: Optional[torc
     if flat is None:
         return False
     n = flat.numel()
-    per_program = config.block * config.unroll
-    limit = 4 if interpreting() else config.programs_per_sm * sm_count(x.device)
-    grid = (max(1, min(cdiv(n, per_program), limit)),)
+    limit = 4 if interpreting() else PROGRAMS_PER_SM * sm_count(x.device)
+    grid = (max(1, min(cdiv(n, BLOCK), limit)),)
     has_scale = scale is not None
     s = scale.reshape(()).to(torch.float32) if has_scale else stats  # any pointer when unused
     runnable(_stats_kernel)[grid](
         flat, n, stats[slot], stats[-1], s, stats[when] if when >= 0 else stats,
         saturation_limit(fmt) if has_scale else 0.0, float(fmt.min_subnormal) / 2 if has_scale else 0.0,
         COL["nonfinite"], COL["amax"], COL["saturated"], COL["underflow"], COL["nonzero"], COL["numel"],
-        COL["seq"], COL["scale"], COL["calls"], HAS_SCALE=has_scale, HAS_WHEN=when >= 0, BLOCK=config.block, UNROLL=config.unroll,
-        num_warps=config.warps)
+        COL["seq"], COL["scale"], COL["calls"], HAS_SCALE=has_scale, HAS_WHEN=when >= 0, BLOCK=BLOCK, num_warps=8)
     return True
 

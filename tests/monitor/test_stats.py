@@ -42,14 +42,9 @@ def test_reference_counts_match_the_elementwise_definitions(fmt, s):
     assert row[COL["seq"]] == 0 and buf[-1, 0] == 1  # one non-finite record took ticket 0
 
 
-@pytest.mark.parametrize("dtype,config", [(torch.float32, (4096, 1)), (torch.bfloat16, (4096, 1)),
-                                          (torch.float16, (4096, 1)), (torch.bfloat16, (64, 2)),
-                                          (torch.float32, (32, 4))])
-def test_triton_kernel_matches_the_torch_reduction(dtype, config, monkeypatch):
-    """Small tiles (4 interpreted programs) walk the tensor in several unrolled, partly masked
-    iterations: the figures still match."""
-    from lowbit.monitor.stats_kernel import StatsLaunch, launch
-    cfg = StatsLaunch(block=config[0], unroll=config[1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_triton_kernel_matches_the_torch_reduction(dtype, monkeypatch):
+    from lowbit.monitor.stats_kernel import launch
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # read at launch: the kernel runs interpreted
     f = get_format("e4m3")
     x = _sample(dtype)
@@ -58,9 +53,9 @@ def test_triton_kernel_matches_the_torch_reduction(dtype, config, monkeypatch):
     reduce_into(ref, 0, x, scale, f, kernel=False)
     reduce_into(ref, 1, x[1:4])  # no cast: counts and amax only
     reduce_into(ref, 2, x)
-    assert launch(got, 0, x.t(), scale, f, config=cfg)  # a permuted (dense, not contiguous) layout
-    assert launch(got, 1, x[1:4], None, None, config=cfg)
-    assert launch(got, 2, x, None, None, config=cfg)
+    assert launch(got, 0, x.t(), scale, f)  # a permuted (dense, not contiguous) layout
+    assert launch(got, 1, x[1:4], None, None)
+    assert launch(got, 2, x, None, None)
     same = [c for n, c in COL.items() if n != "seq"]
     torch.testing.assert_close(got[:3, same], ref[:3, same], rtol=0, atol=0)
     # tickets: every record saw a non-finite value; each kernel's tickets exceed the previous one's
