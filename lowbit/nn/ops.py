@@ -48,6 +48,7 @@ calls the Python implementations (``EAGER``) and sees E8M0 throughout.
 """
 from __future__ import annotations
 
+import functools
 from typing import List, Optional, Tuple
 
 import torch
@@ -137,12 +138,17 @@ def fp8_forward(x, w, bias, st_x, st_w, recipe, backend, need_xt, need_wt):
 
 
 def fp8_backward(g, xt, wt, st_g, recipe, backend, x_dtype, w_dtype, need_dx, need_dw):
-    """(dgrad ``g w``, wgrad ``g^T x``) from the forward's transposed operands (FP8Tensors)."""
+    """(dgrad ``g w``, wgrad ``g^T x``) from the forward's transposed operands (FP8Tensors);
+    ``wt`` may instead be a function that makes w^T (the graph ops' recast). The dgrad runs first
+    and its FP8 operands (the cast g, and w^T when made here) are dropped before the wgrad
+    allocates its output: the op's peak holds g, its two casts and w^T with dx, or g, g^T, dx and
+    dw, not all of them at once."""
     backend = _backend(backend, g)
     qg, qg_t = quantize_fp8_t(g, recipe, "grad", st_g, backend)
     dx = dw = _empty(g)
     if need_dx:
-        dx = scaled_mm(qg, wt.t(), x_dtype, None, backend)
+        dx = scaled_mm(qg, (wt() if callable(wt) else wt).t(), x_dtype, None, backend)
+    del qg, wt
     if need_dw:
         dw = scaled_mm(qg_t, xt.t(), w_dtype, None, backend)
     return dx, dw
@@ -196,8 +202,9 @@ def _fp8_bwd(g, xt_data, xt_scale, w, w_scale, state, recipe_s, backend, x_dtype
     (st_g,) = _states(recipe, state, ("grad",), (prime_g,), (g,), _fake_mode(g))
     backend = _backend(backend, g)
     wt = xt = None
-    if need_dx:
-        wt = _contiguous_t(w) if isinstance(w, FP8Tensor) else _recast_t(w, recipe, "weight", w_scale, backend)
+    if need_dx:  # made inside fp8_backward, after g's cast, and dropped after the dgrad
+        wt = (functools.partial(_contiguous_t, w) if isinstance(w, FP8Tensor)
+              else functools.partial(_recast_t, w, recipe, "weight", w_scale, backend))
     if need_dw:
         xt = FP8Tensor(xt_data, xt_scale, recipe.granularity("input"), x_dtype)
     return fp8_backward(g, xt, wt, st_g, recipe, backend, x_dtype, w_dtype, need_dx, need_dw)
@@ -291,6 +298,7 @@ def _fp4_bwd(g, xq, xs, xg, wq, ws, wg, signs, step, seed, recipe_s, backend, x_
     if need_dx:
         qg = quantize_fp4(g, recipe, "grad", generator=gen, backend=backend)
         dx = scaled_mm(qg, _fp4_operand(wq, ws, wg, recipe, "weight", w_dtype).t(), x_dtype, None, backend)
+        del qg  # (before the wgrad's cast and output)
     if need_dw:
         qg_t = quantize_fp4(_pad_rows(g, recipe.block).t().contiguous(), recipe, "grad", generator=gen,
                             hadamard_signs=_signs(recipe, signs), backend=backend)

@@ -1,6 +1,7 @@
 """What a compiled converted model keeps for its backward: the FP8 x^T of each Linear and no FP8
 copy of any weight (the graph ops cast w^T again in the backward), and the recast gives the bits
-of the forward's cast: compiled and eager agree bit for bit on the Triton kernels too."""
+of the forward's cast: compiled and eager agree bit for bit on the Triton kernels too. Within a
+backward, the dgrad's FP8 operands are freed before the wgrad runs."""
 import pytest
 import torch
 from torch import nn
@@ -50,3 +51,44 @@ def test_compiled_and_eager_agree_bit_for_bit_on_the_triton_kernels(fmt):
             m.zero_grad()
         runs.append(out + [b.clone() for _, b in sorted(m.state_dict().items())])
     assert len(runs[0]) == len(runs[1]) and all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_dgrad_operands_are_freed_before_the_wgrad(compiled, monkeypatch):
+    """In each Linear's backward the wgrad GEMM runs after the cast gradient of the dgrad is gone,
+    and, in the compiled graph (which casts w^T again), after that w^T is gone too."""
+    import weakref
+
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    from lowbit.nn import ops
+
+    made, at_wgrad = {}, []  # the latest grad cast and w^T recast; their liveness at each wgrad GEMM
+    real_cast, real_recast, real_mm = ops.quantize_fp8_t, ops._recast_t, ops.scaled_mm
+
+    def cast(x, recipe, role, *args):
+        q, q_t = real_cast(x, recipe, role, *args)
+        if role == "grad" and not isinstance(q._data, FakeTensor):
+            made.update(qg=weakref.ref(q._data), wt=None)
+        return q, q_t
+
+    def recast(*args):
+        wt = real_recast(*args)
+        if not isinstance(wt._data, FakeTensor):
+            made["wt"] = weakref.ref(wt._data)
+        return wt
+
+    def mm(a, b, *args, **kwargs):
+        qg = made.get("qg")
+        if qg is not None and not isinstance(a._data, FakeTensor) and qg() is not a._data:  # a backward's wgrad
+            wt = made["wt"]
+            at_wgrad.append((qg() is None, wt is None or wt() is None, wt is not None))
+        return real_mm(a, b, *args, **kwargs)
+    monkeypatch.setattr(ops, "quantize_fp8_t", cast)
+    monkeypatch.setattr(ops, "_recast_t", recast)
+    monkeypatch.setattr(ops, "scaled_mm", mm)
+    torch._dynamo.reset()
+    m = _model("fp8")
+    f = torch.compile(m, backend="aot_eager", fullgraph=True) if compiled else m
+    f(torch.randn(TOKENS, DIMS[0], requires_grad=True)).square().mean().backward()
+    assert at_wgrad == [(True, True, compiled)] * 2  # both Linears; a recast only in the compiled graph
