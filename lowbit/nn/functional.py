@@ -110,8 +110,8 @@ class _FP4Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, bias, recipe, backend, seed, signs, step):
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        y, *saved = _call("fp4_linear_fwd", x, w, bias, signs, recipe, backend, need_dw, need_dx)
-        ctx.save_for_backward(*saved)
+        y, *xt = _call("fp4_linear_fwd", x, w, bias, signs, recipe, backend, need_dw)
+        ctx.save_for_backward(*xt, w if need_dx else None)  # the weight itself: its w^T is cast in the backward
         ctx.signs, ctx.step = signs, step  # step is advanced in place by the backward op
         ctx.meta = (recipe, backend, seed, x.dtype, w.dtype, need_dx, need_dw, _bias_grad_dtype(ctx, bias))
         return y
@@ -119,8 +119,9 @@ class _FP4Linear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         recipe, backend, seed, x_dtype, w_dtype, need_dx, need_dw, db_dtype = ctx.meta
-        xq, xs, xg, wq, ws, wg = ctx.saved_tensors
-        dx, dw = _call("fp4_linear_bwd", g, xq, xs, xg, wq, ws, wg, ctx.signs, ctx.step, seed, recipe, backend,
+        xq, xs, xg, w = ctx.saved_tensors
+        w = g.new_empty((0,), dtype=w_dtype) if w is None else w
+        dx, dw = _call("fp4_linear_bwd", g, xq, xs, xg, w, ctx.signs, ctx.step, seed, recipe, backend,
                        x_dtype, w_dtype, need_dx, need_dw)
         return dx if need_dx else None, dw if need_dw else None, _db(g, db_dtype), None, None, None, None, None
 

@@ -27,8 +27,9 @@ and keeps w^T; the graph ops (``fp8_linear_fwd`` / ``fp8_linear_bwd``, what torc
 keep the weight itself (a parameter: no memory) and cast w^T again in the backward
 (``_recast_t``: the same cast, under delayed scaling with the forward's scale, so the same bits),
 which keeps one byte a parameter out of the compiled graph's saved values at the cost of one more
-read of the weight. FP4 recipes (MX e2m1,
-NV) quantize the transposed operands anew from the high-precision tensors; for the wgrad operands
+read of the weight. FP4 recipes (MX e2m1, NV) quantize the transposed operands anew from the
+high-precision tensors, keeping x^T's codes for the wgrad and the weight itself (its w^T cast in
+the backward: the weight's cast is deterministic, so the same codes); for the wgrad operands
 the token dim is zero-padded to a multiple of the block (16 for NV, 32 for MX): zero rows change
 neither the product nor any scale, and they let NV apply its 16x16 random Hadamard transform to
 both wgrad operands along the tokens (``recipe.hadamard_wgrad``) whatever the token count.
@@ -248,29 +249,26 @@ def _recipe(r) -> Recipe:
     return decode(r) if isinstance(r, str) else r
 
 
-def _fp4_fwd(x, w, bias, signs, recipe_s, backend, need_xt, need_wt):
+def _fp4_fwd(x, w, bias, signs, recipe_s, backend, need_xt):
     recipe = _recipe(recipe_s)
     backend = _backend(backend, x, w)
     qx = quantize_fp4(x, recipe, "input", backend=backend)
     qw = quantize_fp4(w, recipe, "weight", backend=backend)
     y = scaled_mm(qx, qw.t(), x.dtype, bias, backend)
-    none = (_empty(x, torch.uint8), _empty(x, qw._scale.dtype), _empty(x))
-    xt = wt = none
+    xt = (_empty(x, torch.uint8), _empty(x, qw._scale.dtype), _empty(x))
     if need_xt:  # wgrad's B operand: x^T (K, M_pad) along the tokens
         q = quantize_fp4(_pad_rows(x, recipe.block).t().contiguous(), recipe, "input",
                          hadamard_signs=_signs(recipe, signs), backend=backend)
         xt = (q._qdata, q._scale, q._global_scale.clone())
-    if need_wt:  # dgrad's B operand: w^T (K, N) along N
-        q = quantize_fp4(w.t().contiguous(), recipe, "weight", backend=backend)
-        wt = (q._qdata, q._scale, q._global_scale.clone())
-    return y, *xt, *wt
+    return y, *xt
 
 
 @torch.library.custom_op("lowbit::fp4_linear_fwd", mutates_args=())
 def fp4_linear_fwd(x: T, w: T, bias: Optional[T], signs: Optional[T], recipe: str, backend: str,
-                   need_xt: bool, need_wt: bool) -> Tuple[T, T, T, T, T, T, T]:
-    """``y = x w^T + bias`` -> (y, x^T (codes, block scales, global scale), w^T (same three))."""
-    return _graph_fp4_fwd(x, w, bias, signs, recipe, backend, need_xt, need_wt)
+                   need_xt: bool) -> Tuple[T, T, T, T]:
+    """``y = x w^T + bias`` -> (y, x^T (codes, block scales, global scale)); the backward casts
+    w^T from the weight itself."""
+    return _graph_fp4_fwd(x, w, bias, signs, recipe, backend, need_xt)
 
 
 def _graph_fp4_fwd(*args):
@@ -285,8 +283,7 @@ def _fp4_operand(q, s, g, recipe, role, dtype) -> FP4Tensor:
     return FP4Tensor(q, s, g, recipe.granularity(role), kind, False, dtype)
 
 
-def _fp4_bwd(g, xq, xs, xg, wq, ws, wg, signs, step, seed, recipe_s, backend, x_dtype, w_dtype,
-             need_dx, need_dw):
+def _fp4_bwd(g, xq, xs, xg, w, signs, step, seed, recipe_s, backend, x_dtype, w_dtype, need_dx, need_dw):
     recipe = _recipe(recipe_s)
     fake, backend = _fake_mode(g), _backend(backend, g)
     gen = None
@@ -297,8 +294,9 @@ def _fp4_bwd(g, xq, xs, xg, wq, ws, wg, signs, step, seed, recipe_s, backend, x_
     dx = dw = _empty(g)
     if need_dx:
         qg = quantize_fp4(g, recipe, "grad", generator=gen, backend=backend)
-        dx = scaled_mm(qg, _fp4_operand(wq, ws, wg, recipe, "weight", w_dtype).t(), x_dtype, None, backend)
-        del qg  # (before the wgrad's cast and output)
+        qw_t = quantize_fp4(w.t().contiguous(), recipe, "weight", backend=backend)  # dgrad's B: w^T along N
+        dx = scaled_mm(qg, qw_t.t(), x_dtype, None, backend)
+        del qg, qw_t  # (before the wgrad's cast and output)
     if need_dw:
         qg_t = quantize_fp4(_pad_rows(g, recipe.block).t().contiguous(), recipe, "grad", generator=gen,
                             hadamard_signs=_signs(recipe, signs), backend=backend)
@@ -307,17 +305,17 @@ def _fp4_bwd(g, xq, xs, xg, wq, ws, wg, signs, step, seed, recipe_s, backend, x_
 
 
 @torch.library.custom_op("lowbit::fp4_linear_bwd", mutates_args=("step",))
-def fp4_linear_bwd(g: T, xq: T, xs: T, xg: T, wq: T, ws: T, wg: T, signs: Optional[T], step: Optional[T],
-                   seed: int, recipe: str, backend: str, x_dtype: torch.dtype, w_dtype: torch.dtype,
-                   need_dx: bool, need_dw: bool) -> Tuple[T, T]:
-    """(dgrad, wgrad) from the saved FP4 operands; advances the stochastic-rounding ``step`` (None:
+def fp4_linear_bwd(g: T, xq: T, xs: T, xg: T, w: T, signs: Optional[T], step: Optional[T], seed: int, recipe: str,
+                   backend: str, x_dtype: torch.dtype, w_dtype: torch.dtype, need_dx: bool,
+                   need_dw: bool) -> Tuple[T, T]:
+    """(dgrad, wgrad) from the saved FP4 x^T and the weight (w^T cast here, as the forward would
+    have: the weight's cast is deterministic); advances the stochastic-rounding ``step`` (None:
     the recipe has no stochastic rounding)."""
-    return _graph_fp4_bwd(g, xq, xs, xg, wq, ws, wg, signs, step, seed, recipe, backend, x_dtype, w_dtype,
-                          need_dx, need_dw)
+    return _graph_fp4_bwd(g, xq, xs, xg, w, signs, step, seed, recipe, backend, x_dtype, w_dtype, need_dx, need_dw)
 
 
-def _graph_fp4_bwd(g, xq, xs, xg, wq, ws, wg, *rest):
-    return _fp4_bwd(g, xq, _bits_as_e8m0(xs), xg, wq, _bits_as_e8m0(ws), wg, *rest)
+def _graph_fp4_bwd(g, xq, xs, xg, *rest):
+    return _fp4_bwd(g, xq, _bits_as_e8m0(xs), xg, *rest)
 
 
 fp4_linear_bwd.register_fake(_graph_fp4_bwd)

@@ -1,5 +1,5 @@
-"""What a compiled converted model keeps for its backward: the FP8 x^T of each Linear and no FP8
-copy of any weight (the graph ops cast w^T again in the backward), and the recast gives the bits
+"""What a compiled converted model keeps for its backward: the FP8 (or FP4) x^T of each Linear and
+no low-precision copy of any weight (w^T is cast again in the backward), and the recast gives the bits
 of the forward's cast: compiled and eager agree bit for bit on the Triton kernels too. Within a
 backward, the dgrad's FP8 operands are freed before the wgrad runs."""
 import pytest
@@ -32,6 +32,21 @@ def _saved(model) -> list:
 def test_compiled_graph_keeps_x_transposed_in_fp8_and_no_weight_copy(fmt):
     fp8 = sorted(shape for dtype, shape in _saved(_model(fmt)) if dtype == torch.float8_e4m3fn)
     assert fp8 == sorted([(DIMS[0], TOKENS), (DIMS[1], TOKENS)])  # x^T of both Linears, nothing else
+
+
+@pytest.mark.parametrize("fmt,block,scales", [("nvfp4", 16, torch.float8_e4m3fn), ("mxfp4", 32, torch.uint8)])
+def test_compiled_graph_keeps_x_transposed_in_fp4_and_no_weight_copy(fmt, block, scales):
+    """x^T's codes (two a byte, the tokens padded to the block) and block scales (E8M0 as bits for
+    MX) of both Linears, and nothing of the weights."""
+    saved = _saved(_model(fmt))
+    m_pad = -(-TOKENS // block) * block
+    codes = [(k, m_pad // 2) for k in DIMS[:2]]
+    block_scales = [(k, m_pad // block) for k in DIMS[:2]]
+    by = {dt: sorted(shape for dtype, shape in saved if dtype == dt) for dt in (torch.uint8, torch.float8_e4m3fn)}
+    if scales == torch.uint8:
+        assert by[torch.uint8] == sorted(codes + block_scales) and by[torch.float8_e4m3fn] == []
+    else:
+        assert by[torch.uint8] == sorted(codes) and by[torch.float8_e4m3fn] == sorted(block_scales)
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "fp8-block"])
