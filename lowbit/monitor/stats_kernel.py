@@ -5,7 +5,14 @@ counters (int32) and the per-lane finite max in fp32; then it adds its totals to
 float64 atomics (counts are integers: the sum is exact in any order) and takes the max with an
 atomic max. With a tensorwise ``scale`` it also counts ``|x / scale| > limit`` (saturated:
 ``stats.saturation_limit``; the quotient rounded as IEEE fp32 division, ``div_rn``) and ``x != 0
-and |x / scale| <= tiny`` (flushed to zero; ``tiny = min_subnormal / 2``). A program that saw a
+and |x / scale| <= tiny`` (flushed to zero; ``tiny = min_subnormal / 2``), without dividing an
+element: ``q(a) = fl(a / |s|)`` is non-decreasing in ``a = |x|`` (round-to-nearest is monotone,
+and a NaN quotient comes only at ``a`` = 0 or +inf, or from a NaN scale), so the saturated
+elements are those with ``a >= a_sat``, the smallest fp32 ``a`` with ``q(a) > limit`` (NaN if
+none), and the flushed ones the non-zero ``a < a_big``, the smallest with ``q(a) > tiny`` or NaN
+(always exists: ``q(+inf)`` is +inf or NaN). Each program finds both by bisection over the bit
+patterns of [0, +inf] (31 scalar ``div_rn`` steps each); a NaN element fails both comparisons, as
+it fails ``> limit`` and ``<= tiny``. The counts are those of the division, exactly. A program that saw a
 non-finite element takes a clock ticket (``atomic_add(clock, 1)``) and keeps the smallest in
 ``seq``: the kernels of one stream run one after the other, so every ticket of an earlier record
 is smaller. Program 0 adds the element count and the call, and writes the scale.
@@ -31,6 +38,29 @@ PROGRAMS_PER_SM = 4
 
 
 @triton.jit
+def _first_above(s, bound, NAN_ABOVE: tl.constexpr):
+    """The smallest fp32 ``a`` in [0, +inf] with ``div_rn(a, s) > bound`` (with ``NAN_ABOVE``, or
+    a NaN quotient), NaN if there is none: a bisection over the bit patterns, for a quotient that
+    is non-decreasing in ``a`` (module docstring)."""
+    lo = tl.full((), -1, tl.int64)  # below every pattern: taken as not above
+    hi = tl.full((), 0x7F800000, tl.int64)  # +inf, checked after the loop
+    for _ in range(31):  # 0x7F800001 patterns: 31 halvings leave hi = lo + 1
+        mid = lo + (hi - lo) // 2
+        q = tl.math.div_rn(mid.to(tl.int32).to(tl.float32, bitcast=True), s)
+        above = q > bound
+        if NAN_ABOVE:
+            above = above | (q != q)
+        hi = tl.where(above, mid, hi)
+        lo = tl.where(above, lo, mid)
+    a = hi.to(tl.int32).to(tl.float32, bitcast=True)
+    q = tl.math.div_rn(a, s)
+    above = q > bound
+    if NAN_ABOVE:
+        above = above | (q != q)
+    return tl.where(above, a, float("nan"))
+
+
+@triton.jit
 def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, when_ptr, limit, tiny,
                   C_NF: tl.constexpr, C_AMAX: tl.constexpr, C_SAT: tl.constexpr, C_UF: tl.constexpr,
                   C_NZ: tl.constexpr, C_NUMEL: tl.constexpr, C_SEQ: tl.constexpr, C_SCALE: tl.constexpr,
@@ -49,6 +79,8 @@ def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, when_ptr, limit, tiny
     amax = tl.zeros([BLOCK], dtype=tl.float32)
     if HAS_SCALE:
         s = tl.load(scale_ptr)
+        a_sat = _first_above(tl.abs(s), limit, False)
+        a_big = _first_above(tl.abs(s), tiny, True)
     for start in range(pid.to(tl.int64) * BLOCK, n_go, step):
         offs = start + lanes
         m = offs < n
@@ -58,10 +90,9 @@ def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, when_ptr, limit, tiny
         nf += (~fin).to(tl.int32)
         amax = tl.maximum(amax, tl.where(fin, a, 0.0))
         if HAS_SCALE:
-            y = tl.abs(tl.math.div_rn(x, s))
             nonzero = a != 0.0
-            sat += (y > limit).to(tl.int32)
-            uf += (nonzero & (y <= tiny)).to(tl.int32)
+            sat += (a >= a_sat).to(tl.int32)
+            uf += (nonzero & (a < a_big)).to(tl.int32)
             nz += nonzero.to(tl.int32)
     n_nf = tl.sum(nf, axis=0)
     tl.atomic_add(row_ptr + C_NF, n_nf.to(tl.float64), mask=go)

@@ -1,6 +1,7 @@
 """The statistics of one record: the torch reduction against element-wise definitions (the flush
 count is what lowbit's reference quantize rounds to 0), and the Triton kernel (interpreted on the
 CPU) against the torch reduction, figure for figure, in every dtype and a permuted layout."""
+import numpy as np
 import pytest
 import torch
 
@@ -76,7 +77,9 @@ def test_cast_scale_is_the_layers_own_scale():
 
 @pytest.mark.parametrize("has_scale", [False, True])
 def test_triton_kernel_compiles_for_sm90_with_vector_loads(has_scale):
-    """Built for an H100/H200 (no GPU needed): bf16 read 16 bytes a load, the quotient IEEE-rounded."""
+    """Built for an H100/H200 (no GPU needed): bf16 read 16 bytes a load; the IEEE-rounded
+    quotients are the thresholds' bisections only, none an element (as many with twice the
+    elements a thread), and no comparison flushes subnormals."""
     from lowbit.monitor.stats_kernel import BLOCK, _stats_kernel
     sig = {"x_ptr": "*bf16", "n": "i32", "row_ptr": "*fp64", "clock_ptr": "*fp64", "scale_ptr": "*fp32",
            "when_ptr": "*fp64", "limit": "fp32", "tiny": "fp32"}
@@ -85,8 +88,11 @@ def test_triton_kernel_compiles_for_sm90_with_vector_loads(has_scale):
               HAS_SCALE=has_scale, HAS_WHEN=has_scale, BLOCK=BLOCK)
     div16 = {(i,): [["tt.divisibility", 16]] for i in range(6)}  # what a launch specializes for aligned sizes
     ptx = compile_kernel(_stats_kernel, sig, cx, num_warps=8, attrs=div16).ptx
+    wide = compile_kernel(_stats_kernel, sig, {**cx, "BLOCK": 2 * BLOCK}, num_warps=8, attrs=div16).ptx
     assert "ld.global.v4.b32" in ptx and "ld.global.b16" not in ptx
-    assert ("div.rn.f32" in ptx) == has_scale and ".add.f64" in ptx  # float64 atomics into the row
+    divs = ptx.count("div.rn.f32")
+    assert (divs > 0) == has_scale and wide.count("div.rn.f32") == divs and ".ftz" not in ptx
+    assert ".add.f64" in ptx  # float64 atomics into the row
 
 
 @pytest.mark.parametrize("has_scale,has_when", [(False, False), (False, True), (True, False)])
@@ -101,3 +107,43 @@ def test_triton_kernel_compiles_for_a_one_element_tensor(has_scale, has_when):
               HAS_SCALE=has_scale, HAS_WHEN=has_when, BLOCK=BLOCK)
     ptx = compile_kernel(_stats_kernel, sig, cx, num_warps=8).ptx
     assert ".add.f64" in ptx
+
+
+def _around(v: float, n: int = 12) -> np.ndarray:
+    """fp32 values from n ulps below ``v`` (as fp32) to n ulps above, both signs."""
+    c = np.float32(v)
+    lo, hi = [c], [c]
+    for _ in range(n):
+        lo.append(np.nextafter(lo[-1], np.float32(0)))
+        hi.append(np.nextafter(hi[-1], np.float32(np.inf)))
+    vals = np.array(lo[::-1] + hi[1:], dtype=np.float32)
+    return np.concatenate([vals, -vals])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # 0 / 0 and inf / inf in the interpreter
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e2m1"])
+@pytest.mark.parametrize("s", [0.37, 2.0 ** -20, 1.1754944e-38, 3.3e-42, 7.3e30, 1.0, -0.021, 0.0, float("inf"),
+                               float("nan")])
+def test_triton_thresholds_count_what_the_division_counts(fmt, s, monkeypatch):
+    """The kernel compares |x| with thresholds found once (no division per element): at every fp32
+    value within 12 ulps of ``limit * s`` and of ``tiny * s`` (both signs), and at 0, +-inf and
+    NaN, for normal, subnormal, huge, negative, zero, infinite and NaN scales, its saturated,
+    underflow and non-zero counts are those of the IEEE quotient."""
+    from lowbit.monitor.stats import saturation_limit
+    from lowbit.monitor.stats_kernel import launch
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    f = get_format(fmt)
+    with np.errstate(over="ignore", invalid="ignore"):
+        edges = [saturation_limit(f) * abs(s), f.min_subnormal / 2 * abs(s)]
+        vals = [_around(e) for e in edges if np.isfinite(np.float32(e))]
+    x = torch.from_numpy(np.concatenate(vals + [np.array([0.0, np.inf, -np.inf, np.nan], np.float32)]))
+    scale = torch.tensor(s, dtype=torch.float32)
+    ref, got = reset_template(1, "cpu"), reset_template(1, "cpu")
+    reduce_into(ref, 0, x, scale, f, kernel=False)
+    assert launch(got, 0, x, scale, f)
+    for c in ("saturated", "underflow", "nonzero"):
+        assert got[0, COL[c]] == ref[0, COL[c]], c
+    if np.isfinite(s) and s != 0:  # the sweep straddles the edges it can reach: the counts are not trivial
+        assert 0 < ref[0, COL["saturated"]] < x.numel()
+        if np.float32(edges[1]) >= 2.0 ** -126:  # (a flush edge below the normal range is all or nothing)
+            assert 0 < ref[0, COL["underflow"]] < x.numel()
