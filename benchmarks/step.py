@@ -33,7 +33,8 @@ the model trains, not a convergence study; these steps also compile), ``warmup``
 ``--steps`` timed steps, each between two CUDA events (the median is reported; wall clock on the
 CPU). Peak memory is ``torch.cuda.max_memory_allocated`` from the model's construction to the
 end (reset per variant). A failing variant is recorded with its error and the script goes on;
-memory and compile caches are freed between variants.
+memory and compile caches are freed between variants. SIGTERM (a ``timeout``) stops the run and
+still writes the rows and table of every variant measured before it.
 
 Rows (``benchmarks/results.csv`` via ``common.append_results``): ``step_ms`` and ``peak_GiB``
 against the anchor and against ``torchao-tensorwise`` in the same workload and mode;
@@ -48,6 +49,7 @@ import dataclasses
 import gc
 import logging
 import os
+import signal
 import statistics
 import sys
 import time
@@ -190,6 +192,15 @@ class Clock:
             torch.cuda.synchronize()
             return [a.elapsed_time(b) for a, b in zip(self.marks, self.marks[1:])]
         return [(b - a) * 1e3 for a, b in zip(self.marks, self.marks[1:])]
+
+
+class TimeLimit(BaseException):
+    """SIGTERM (what ``timeout`` sends) during a run: not an ``Exception``, so ``guarded`` lets it
+    through to ``main``, which writes the rows of every variant already measured."""
+
+
+def _on_sigterm(signum, frame):
+    raise TimeLimit(f"signal {signum}")
 
 
 def free_memory(device: str) -> None:
@@ -341,27 +352,36 @@ def main() -> List[dict]:
     workloads = [x for x in args.workloads.split(",") if x]
     if set(workloads) - set(WORKLOADS):
         raise SystemExit(f"unknown workloads {sorted(set(workloads) - set(WORKLOADS))}; choose from {list(WORKLOADS)}")
-    for workload in workloads:
-        w = WORKLOADS[workload]
-        g = torch.Generator().manual_seed(1)
-        batches = [torch.randint(0, w.vocab, (w.batch, w.seq), generator=g).to(args.device) for _ in range(2)]
-        wtable: List[dict] = []
-        for mode in modes:
-            anchor_losses: List[float] = []
-            for name in variants(args, w):
-                row = guarded(wtable, f"{name} {mode}", lambda: run_variant(workload, name, mode, args, batches,
-                                                                             recorder, anchor_losses))
-                if row is not None:
-                    wtable.append(row)
-                else:
-                    wtable[-1].update(workload=workload, mode=mode, variant=name)
-                last = wtable[-1]
-                print(f"{workload} {mode} {name}: " + ", ".join(f"{k}={v}" for k, v in last.items()
-                                                                   if k not in ("workload", "mode", "variant")),
-                      flush=True)  # a time limit loses no row
-                free_memory(args.device)
-        rows += result_rows(env, wtable, w, args.all_layers, args.head)
-        table += wtable
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        for workload in workloads:
+            w = WORKLOADS[workload]
+            g = torch.Generator().manual_seed(1)
+            batches = [torch.randint(0, w.vocab, (w.batch, w.seq), generator=g).to(args.device) for _ in range(2)]
+            wtable: List[dict] = []
+            table.append(wtable)
+            for mode in modes:
+                anchor_losses: List[float] = []
+                for name in variants(args, w):
+                    row = guarded(wtable, f"{name} {mode}", lambda: run_variant(workload, name, mode, args, batches,
+                                                                                 recorder, anchor_losses))
+                    if row is not None:
+                        wtable.append(row)
+                    else:
+                        wtable[-1].update(workload=workload, mode=mode, variant=name)
+                    last = wtable[-1]
+                    print(f"{workload} {mode} {name}: " + ", ".join(f"{k}={v}" for k, v in last.items()
+                                                                       if k not in ("workload", "mode", "variant")),
+                          flush=True)
+                    free_memory(args.device)
+    except TimeLimit as e:  # the variants measured so far keep their rows
+        print(f"stopped by {e}: writing the rows measured so far", flush=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    for wtable in table:
+        if wtable:
+            rows += result_rows(env, wtable, WORKLOADS[wtable[0]["workload"]], args.all_layers, args.head)
+    table = [r for wtable in table for r in wtable]
     append_results(rows, args.out)
     write_json(args.out, "step", {"env": env, "table": table, "rows": rows})
     print(env)

@@ -59,3 +59,28 @@ def test_skip_recorder_hears_inductor_cudagraph_skips():
     finally:
         rec.uninstall()
     assert rec.reasons == ["skipping cudagraphs due to cpu device (arg0_1)"]
+
+
+def test_a_time_limit_keeps_the_rows_measured_so_far(tmp_path, monkeypatch):
+    """SIGTERM (``timeout``) during the second variant: the first one's rows are still written."""
+    import os
+    import signal
+    monkeypatch.setattr(sys, "argv", ["step.py", "--workloads", "tiny", "--formats", "fp8", "--modes", "eager",
+                                      "--steps", "1", "--quick", "--device", "cpu", "--torchao", "",
+                                      "--out", str(tmp_path)])
+    real, calls = step.run_variant, []
+
+    def run(*args, **kwargs):
+        calls.append(args[1])
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(step, "run_variant", run)
+    handler = signal.getsignal(signal.SIGTERM)
+    step.main()
+    assert calls == ["fp32", "fp8"] and signal.getsignal(signal.SIGTERM) is handler
+    with open(tmp_path / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["variant"] for r in rows} == {"fp32 eager"} and any(r["metric"] == "step_ms" for r in rows)
+    table = json.loads((tmp_path / "step.json").read_text())["table"]
+    assert [t["variant"] for t in table] == ["fp32"]
