@@ -12,10 +12,12 @@ elements are those with ``a >= a_sat``, the smallest fp32 ``a`` with ``q(a) > li
 none), and the flushed ones the non-zero ``a < a_big``, the smallest with ``q(a) > tiny`` or NaN
 (always exists: ``q(+inf)`` is +inf or NaN). Each program finds both by bisection over the bit
 patterns of [0, +inf] (31 scalar ``div_rn`` steps each); a NaN element fails both comparisons, as
-it fails ``> limit`` and ``<= tiny``. The counts are those of the division, exactly. A program that saw a
-non-finite element takes a clock ticket (``atomic_add(clock, 1)``) and keeps the smallest in
-``seq``: the kernels of one stream run one after the other, so every ticket of an earlier record
-is smaller. Program 0 adds the element count and the call, and writes the scale.
+it fails ``> limit`` and ``<= tiny``. The counts are those of the division, exactly.
+
+A program that saw a non-finite element takes a clock ticket (``atomic_add(clock, 1)``) and
+keeps the smallest in ``seq``: the kernels of one stream run one after the other, so every ticket
+of an earlier record is smaller. Program 0 adds the element count and the call, and writes the
+scale.
 
 The tensor is read once, in its own dtype (fp16, bf16, fp32), from any dense layout (the
 statistics do not depend on the order of the elements); anything else goes back to torch ops.
