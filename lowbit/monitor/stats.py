@@ -38,7 +38,6 @@ tensor (``stats_kernel``); elsewhere, for float64 and for block-scaled casts, to
 """
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import torch
@@ -74,7 +73,6 @@ def new_buffer(n_slots: int, device) -> torch.Tensor:
     return buf
 
 
-@functools.lru_cache(maxsize=None)
 def cast_scale(x2d: torch.Tensor, recipe, role: str, scale: Optional[torch.Tensor], prime: bool):
     """(element scale broadcastable to ``x2d``, format) of the cast lowbit makes of ``x2d`` for
     ``role``: the delayed state's ``scale`` (or, on a cold start, the scale ``prime`` would set),

@@ -1,7 +1,7 @@
 """What users hand the monitor: models without parameters, modules returning tuples, dicts,
 dataclasses, ModelOutput or ints, in-place ops on tapped tensors, attach and detach twice, bad
 arguments. Handled with a clear error or a documented behaviour, never a crash inside a hook;
-and no hook syncs the host."""
+no hook syncs the host, and no recorded tensor outlives its step."""
 import dataclasses
 import json
 
@@ -146,3 +146,27 @@ def test_every_n_monitors_steps_0_n_2n(tmp_path):
             mon.step()
     assert [json.loads(x)["step"] for x in log.read_text().splitlines()] == [0, 2]
     assert mon.first_nonfinite.step == 2
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "fp8-block", "nvfp4"])
+def test_recorded_tensors_are_not_kept_after_the_step(fmt):
+    """A monitored training step of a converted model leaves nothing of its tensors behind: the
+    input, the activations and the gradients the casts' rows read are freed with the step."""
+    import gc
+
+    from torch.multiprocessing.reductions import StorageWeakRef
+    torch.manual_seed(0)
+    m = lowbit.convert(nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 64)), fmt,
+                       filter=lambda n, mod: True)
+    with lowbit.monitor(m, on_anomaly="record") as mon:
+        refs = []
+        for _ in range(3):
+            x = torch.randn(32, 64, requires_grad=True)
+            y = m(x)
+            y.square().mean().backward()
+            refs += [StorageWeakRef(t.untyped_storage()) for t in (x, y, x.grad)]
+            del x, y
+            mon.step()
+        gc.collect()
+        assert [r.expired() for r in refs] == [True] * len(refs)  # (memory, not just the Python objects)
+        assert mon.steps == 3
