@@ -1,7 +1,7 @@
 """What ``lowbit.monitor`` costs, and that it finds what it should, on one GPU.
 
     python benchmarks/monitor.py --out DIR [--quick] [--layers 8] [--compile whole|regional]
-                                 [--dtypes bf16,fp8] [--modes compiled,eager] [--rounds 5]
+                                 [--dtypes bf16,fp8,fp8-block] [--modes compiled,eager] [--rounds 5]
 
 Checks first (a 2-layer Llama of hidden 256, bf16, on the GPU):
 * a NaN planted in one weight, and one made in another module's backward, are named exactly
@@ -9,14 +9,14 @@ Checks first (a 2-layer Llama of hidden 256, bf16, on the GPU):
   (``mode="reduce-overhead"``: the records write the static buffer in place, so the replays record);
 * no host sync inside a monitored forward + backward (``torch.cuda.set_sync_debug_mode("warn")``,
   warnings counted, eager);
-* the Triton reduction gives the torch ops' figures (all columns but the clock), and its read
-  bandwidth on 512 MiB of bf16, without and with a cast's scale, beside torch's one-read
-  ``torch.amax(x)``.
+* the Triton reductions give the torch ops' figures (all columns but the clock), and their read
+  bandwidth on 512 MiB of bf16, without a scale, with a cast's scale and with 1x128 block scales
+  (beside the torch ops of the block case), against torch's one-read ``torch.amax(x)``.
 
 Then the cost: the training step (forward with labels, backward, grads set to None; no optimizer,
 so the ratio is against the smallest step) of a Hugging Face Llama with ``--layers`` decoder layers
 of Llama-3-8B shape (hidden 4096, intermediate 14336, 32 heads, 8 KV heads, vocab 128256), 2 x 4096
-tokens, bf16 and lowbit "fp8", compiled (``--compile whole``: ``torch.compile(model)``;
+tokens, bf16 and lowbit formats (``--dtypes``: "bf16" or ``lowbit.convert`` names), compiled (``--compile whole``: ``torch.compile(model)``;
 ``regional``: each decoder layer compiled in place, one compile shared by all): no monitor,
 ``lowbit.monitor(every=1)`` (``mon.step()`` inside the timed step), ``sqnr_every=10``, and
 ``torch.autograd.detect_anomaly`` (no monitor); with ``--modes compiled,eager`` also eager: no
@@ -61,11 +61,11 @@ def llama(layers, hidden, inter, heads, kv, vocab, seed=0):
         torch.set_default_dtype(dflt)
 
 
-def fp8(model):
+def converted(model, fmt: str):
     import lowbit
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the output head stays in bf16
-        return lowbit.convert(model, "fp8")
+        return lowbit.convert(model, fmt)
 
 
 def make_step(model, fn, ids, mon=None, graphs=False):
@@ -151,8 +151,9 @@ def _planted(mode: str, out_dir: str) -> dict:
 
 def _kernel_check() -> dict:
     from lowbit.dtypes.formats import get_format
-    from lowbit.monitor.stats import COL, reduce_into, reset_template
-    from lowbit.monitor.stats_kernel import launch
+    from lowbit.monitor.stats import COL, block_scale, reduce_into, reset_template
+    from lowbit.monitor.stats_kernel import launch, launch_blocks
+    from lowbit.scaling import Blockwise
     x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16) * 30
     x[5, 7], x[9, 1] = float("nan"), float("inf")
     scale = torch.tensor(0.05, device="cuda")
@@ -162,12 +163,21 @@ def _kernel_check() -> dict:
     launch(b, 0, x, scale, f)
     cols = [c for n, c in COL.items() if n != "seq"]
     same = bool(torch.equal(a[0, cols], b[0, cols]))
+    sb, blk, fb = block_scale(x, Blockwise(), "input", None, False)  # 1x128 scales
+    a, b = reset_template(1, "cuda"), reset_template(1, "cuda")
+    reduce_into(a, 0, x, sb, fb, kernel=False, block=blk)
+    launch_blocks(b, 0, x, sb, blk, fb)
+    same &= bool(torch.equal(a[0, cols], b[0, cols]))
     big = torch.randn(256 * 2 ** 20, device="cuda", dtype=torch.bfloat16)  # 512 MiB
+    big2d = big.view(-1, 4096)
+    sbig, _, _ = block_scale(big2d, Blockwise(), "input", None, False)
     buf = reset_template(1, "cuda")
     gb = big.numel() * 2 / 1e6
     return {"variant": "check triton reduction", "ok": same, "amax_GB/s": gb / bench_ms(lambda: torch.amax(big)),
             "kernel_GB/s": gb / bench_ms(lambda: launch(buf, 0, big, None, None)),
-            "scaled_GB/s": gb / bench_ms(lambda: launch(buf, 0, big, scale, f))}
+            "scaled_GB/s": gb / bench_ms(lambda: launch(buf, 0, big, scale, f)),
+            "block_GB/s": gb / bench_ms(lambda: launch_blocks(buf, 0, big2d, sbig, blk, fb)),
+            "torch_block_GB/s": gb / bench_ms(lambda: reduce_into(buf, 0, big2d, sbig, fb, kernel=False, block=blk))}
 
 
 # ---- cost ------------------------------------------------------------------------------------
@@ -207,7 +217,9 @@ def main():
         if c.get("host_syncs") is not None:
             csv.append(result_row(env, "monitor check", "2-layer Llama h256", "eager fwd+bwd", "host syncs",
                                   float(c["host_syncs"])))
-        for key, what in (("kernel_GB/s", "triton stats (1 pass)"), ("scaled_GB/s", "triton stats with a scale (1 pass)")):
+        for key, what in (("kernel_GB/s", "triton stats (1 pass)"), ("scaled_GB/s", "triton stats with a scale (1 pass)"),
+                          ("block_GB/s", "triton stats with 1x128 scales (1 pass)"),
+                          ("torch_block_GB/s", "torch ops with 1x128 scales (the fallback)")):
             if key in c:
                 csv.append(result_row(env, "monitor stats kernel", "512 MiB bf16", what, "GB/s", c[key],
                                       "torch.amax(x)", c[key] / c["amax_GB/s"]))
@@ -217,8 +229,8 @@ def main():
     for dt in [d for d in args.dtypes.split(",") if d]:
         torch._dynamo.reset()
         model = llama(args.layers, 4096, 14336, 32, 8, 128256)
-        if dt == "fp8":
-            model = fp8(model)
+        if dt != "bf16":
+            model = converted(model, dt)
             make_step(model, model, ids)()  # one eager step primes the delayed scales: one compile per variant
 
         def compiled():
@@ -300,7 +312,7 @@ def main():
     write_json(args.out, "monitor", {"env": env, "checks": checks, "rows": rows, "shape": shape})
     print(env)
     print_table(checks, ["variant", "ok", "first_nonfinite", "host_syncs", "kernel_GB/s",
-                         "scaled_GB/s", "amax_GB/s", "error"])
+                         "scaled_GB/s", "block_GB/s", "torch_block_GB/s", "amax_GB/s", "error"])
     print_table(rows, ["variant", "ms", "ratio", "peak_GiB", "first_step_s", "events", "device_ms", "stats_ms",
                        "launches", "graphs", "graph_breaks", "error"])
     print(f"total {time.time() - t_start:.0f} s")

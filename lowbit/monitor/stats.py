@@ -44,13 +44,13 @@ import torch
 
 from ..dtypes.quantize import dequantize, quantize
 from ..nn.spec import decode
-from ..scaling.blocks import expand_scale
+from ..scaling.blocks import TENSOR, expand_scale
 from ..scaling.delayed import DelayedScalingState
 from .columns import COL, COLUMNS, WIDTH, saturation_limit
 from ..scaling.recipes import NV, Delayed
 from .registry import SESSIONS
 
-__all__ = ["COL", "COLUMNS", "WIDTH", "new_buffer", "reset_template", "record", "record_impl", "cast_scale",
+__all__ = ["COL", "COLUMNS", "WIDTH", "new_buffer", "reset_template", "record", "record_impl", "block_scale", "cast_scale",
            "reduce_into", "saturation_limit"]
 
 _SUMS = [COL[c] for c in ("nonfinite", "saturated", "underflow", "nonzero", "numel", "signal", "noise", "calls")]
@@ -73,10 +73,11 @@ def new_buffer(n_slots: int, device) -> torch.Tensor:
     return buf
 
 
-def cast_scale(x2d: torch.Tensor, recipe, role: str, scale: Optional[torch.Tensor], prime: bool):
-    """(element scale broadcastable to ``x2d``, format) of the cast lowbit makes of ``x2d`` for
-    ``role``: the delayed state's ``scale`` (or, on a cold start, the scale ``prime`` would set),
-    else the recipe's own block scales (``recipe.scales``) expanded to the elements."""
+def block_scale(x2d: torch.Tensor, recipe, role: str, scale: Optional[torch.Tensor], prime: bool):
+    """(scales, block, format) of the cast lowbit makes of ``x2d`` for ``role``: under delayed
+    scaling the state's ``scale`` (or, on a cold start, the scale ``prime`` would set) and
+    ``TENSOR``, else the recipe's own fp32 block scales (``recipe.scales``; NV's block scale times
+    its tensor scale) of ``block.scale_shape(x2d.shape)``."""
     fmt = recipe.format(role)
     if isinstance(recipe, Delayed):
         if prime or scale is None:
@@ -85,12 +86,18 @@ def cast_scale(x2d: torch.Tensor, recipe, role: str, scale: Optional[torch.Tenso
                                           .detach().to(torch.float32).clone())
             st.prime(x2d)
             scale = st.scale
-        return scale.detach().to(torch.float32), fmt
+        return scale.detach().to(torch.float32), TENSOR, fmt
     block = recipe.granularity(role)
     if isinstance(recipe, NV):
         s_block, s_global = recipe.scales(x2d, role)
-        return expand_scale(s_block * s_global, x2d.shape, block), fmt
-    return expand_scale(recipe.scales(x2d, role), x2d.shape, block), fmt
+        return s_block * s_global, block, fmt
+    return recipe.scales(x2d, role), block, fmt
+
+
+def cast_scale(x2d: torch.Tensor, recipe, role: str, scale: Optional[torch.Tensor], prime: bool):
+    """(element scale broadcastable to ``x2d``, format): ``block_scale`` expanded to the elements."""
+    scales, block, fmt = block_scale(x2d, recipe, role, scale, prime)
+    return (scales if block.is_tensorwise else expand_scale(scales, x2d.shape, block)), fmt
 
 
 def _reference(x: torch.Tensor, scale, fmt, sqnr: bool) -> torch.Tensor:
@@ -121,15 +128,20 @@ def _reference(x: torch.Tensor, scale, fmt, sqnr: bool) -> torch.Tensor:
 
 
 def reduce_into(stats: torch.Tensor, slot: int, x: torch.Tensor, scale=None, fmt=None, sqnr: bool = False,
-                kernel: bool = True, when: int = -1) -> None:
-    """Add the statistics of ``x`` (and of its cast with ``scale`` in ``fmt``) to row ``slot``;
-    with ``when >= 0``, only if row ``when`` has counted a non-finite element (decided on the
-    device: the kernel then reads nothing)."""
-    if (kernel and x.device.type == "cuda" and x.dtype != torch.float64 and not sqnr
-            and (scale is None or scale.numel() == 1)):
-        from .stats_kernel import launch
-        if launch(stats, slot, x, scale, fmt, when):
+                kernel: bool = True, when: int = -1, block=TENSOR) -> None:
+    """Add the statistics of ``x`` (and of its cast with ``scale`` in ``fmt``: one scale, or one
+    per ``block`` of the 2-D ``x``, ``block_scale``) to row ``slot``; with ``when >= 0``, only if
+    row ``when`` has counted a non-finite element (decided on the device: the kernel then reads
+    nothing; block-scaled casts are always recorded)."""
+    if kernel and x.device.type == "cuda" and x.dtype != torch.float64 and not sqnr:
+        from .stats_kernel import launch, launch_blocks
+        if scale is None or block.is_tensorwise:
+            if (scale is None or scale.numel() == 1) and launch(stats, slot, x, scale, fmt, when):
+                return
+        elif when < 0 and launch_blocks(stats, slot, x, scale, block, fmt):
             return
+    if scale is not None and not block.is_tensorwise:
+        scale = expand_scale(scale, x.shape, block)
     v = _reference(x, scale, fmt, sqnr).to(stats.device)
     v[COL["calls"]] = 1.0
     if when >= 0:
@@ -161,10 +173,11 @@ def record_impl(stats: torch.Tensor, x: torch.Tensor, session: int, slot: int, s
     if dedupe and not recipe and sess.seen(x, slot):
         return
     cast = fmt = None
+    block = TENSOR
     if recipe:
         x2d = x.reshape(-1, x.shape[-1]) if x.dim() else x.reshape(1, 1)
         try:
-            cast, fmt = cast_scale(x2d, decode(recipe), role, scale, prime)
+            cast, block, fmt = block_scale(x2d, decode(recipe), role, scale, prime)
             x = x2d
         except Exception as e:  # a tensor the recipe's scale math can't take: its plain figures only
             sess.warn_once(("cast", slot), f"no cast statistics for row {slot} ({role}): {type(e).__name__}: {e}")
@@ -172,7 +185,7 @@ def record_impl(stats: torch.Tensor, x: torch.Tensor, session: int, slot: int, s
     if x.device != stats.device:  # a model moved after attaching, or one without parameters
         sess.warn_device(x.device)
         kernel = False
-    reduce_into(stats, slot, x, cast, fmt, sess.sqnr_due and bool(recipe), kernel, when)
+    reduce_into(stats, slot, x, cast, fmt, sess.sqnr_due and bool(recipe), kernel, when, block)
     if dedupe and when < 0:  # (a conditional record may have read nothing: no alias to it)
         sess.remember(x, slot)
 

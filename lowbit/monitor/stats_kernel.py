@@ -33,7 +33,7 @@ import triton.language as tl
 from ..kernels.triton.runtime import cdiv, interpreting, runnable, sm_count
 from .columns import COL, saturation_limit
 
-__all__ = ["launch", "BLOCK"]
+__all__ = ["launch", "launch_blocks", "BLOCK"]
 
 BLOCK = 4096
 PROGRAMS_PER_SM = 4
@@ -114,6 +114,52 @@ def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, when_ptr, limit, tiny
         tl.store(row_ptr + C_SCALE, s.to(tl.float64), mask=first)
 
 
+@triton.jit
+def _block_stats_kernel(x_ptr, M, K, stride_m, s_ptr, stride_sm, row_ptr, clock_ptr, limit, tiny,
+                        C_NF: tl.constexpr, C_AMAX: tl.constexpr, C_SAT: tl.constexpr, C_UF: tl.constexpr,
+                        C_NZ: tl.constexpr, C_NUMEL: tl.constexpr, C_SEQ: tl.constexpr, C_CALLS: tl.constexpr,
+                        BR: tl.constexpr, BC: tl.constexpr, TM: tl.constexpr, TK: tl.constexpr):
+    """The figures of a cast with one scale per ``BR x BC`` block of the (M, K) matrix ``x``
+    (rows ``stride_m`` apart, columns adjacent; scales (ceil(M / BR), ceil(K / BC)), rows
+    ``stride_sm`` apart): ``TM x TK`` tiles, grid-strided, each element divided by its block's
+    scale (``div_rn``, as the reference divides by the expanded scale)."""
+    pid = tl.program_id(0)
+    tiles_k = tl.cdiv(K, TK)
+    n_tiles = tl.cdiv(M, TM) * tiles_k
+    nf = tl.zeros([TM, TK], dtype=tl.int32)
+    sat = tl.zeros([TM, TK], dtype=tl.int32)
+    uf = tl.zeros([TM, TK], dtype=tl.int32)
+    nz = tl.zeros([TM, TK], dtype=tl.int32)
+    amax = tl.zeros([TM, TK], dtype=tl.float32)
+    for t in range(pid, n_tiles, tl.num_programs(0)):
+        rows = (t // tiles_k).to(tl.int64) * TM + tl.arange(0, TM)
+        cols = (t % tiles_k) * TK + tl.arange(0, TK)
+        m = (rows < M)[:, None] & (cols < K)[None, :]
+        x = tl.load(x_ptr + rows[:, None] * stride_m + cols[None, :], mask=m, other=0.0).to(tl.float32)
+        sc = tl.load(s_ptr + (rows // BR)[:, None] * stride_sm + (cols // BC)[None, :], mask=m, other=1.0)
+        a = tl.abs(x)
+        fin = a < float("inf")
+        nf += (~fin).to(tl.int32)
+        amax = tl.maximum(amax, tl.where(fin, a, 0.0))
+        y = tl.abs(tl.math.div_rn(x, sc))
+        nonzero = a != 0.0
+        sat += (y > limit).to(tl.int32)
+        uf += (nonzero & (y <= tiny)).to(tl.int32)
+        nz += nonzero.to(tl.int32)
+    n_nf = tl.sum(tl.sum(nf, axis=1), axis=0)
+    tl.atomic_add(row_ptr + C_NF, n_nf.to(tl.float64))
+    tl.atomic_max(row_ptr + C_AMAX, tl.max(tl.max(amax, axis=1), axis=0).to(tl.float64))
+    tl.atomic_add(row_ptr + C_SAT, tl.sum(tl.sum(sat, axis=1), axis=0).to(tl.float64))
+    tl.atomic_add(row_ptr + C_UF, tl.sum(tl.sum(uf, axis=1), axis=0).to(tl.float64))
+    tl.atomic_add(row_ptr + C_NZ, tl.sum(tl.sum(nz, axis=1), axis=0).to(tl.float64))
+    bad = n_nf > 0
+    ticket = tl.atomic_add(clock_ptr, 1.0, mask=bad)
+    tl.atomic_min(row_ptr + C_SEQ, ticket, mask=bad)
+    first = pid == 0
+    tl.atomic_add(row_ptr + C_NUMEL, (M.to(tl.int64) * K).to(tl.float64), mask=first)
+    tl.atomic_add(row_ptr + C_CALLS, 1.0, mask=first)
+
+
 def _dense(x: torch.Tensor) -> bool:
     """Whether ``x``'s elements fill ``numel`` consecutive memory slots (some permutation of a
     contiguous tensor)."""
@@ -152,5 +198,32 @@ def launch(stats: torch.Tensor, slot: int, x: torch.Tensor, scale: Optional[torc
         saturation_limit(fmt) if has_scale else 0.0, float(fmt.min_subnormal) / 2 if has_scale else 0.0,
         COL["nonfinite"], COL["amax"], COL["saturated"], COL["underflow"], COL["nonzero"], COL["numel"],
         COL["seq"], COL["scale"], COL["calls"], HAS_SCALE=has_scale, HAS_WHEN=when >= 0, BLOCK=BLOCK, num_warps=8)
+    return True
+
+
+WHOLE = 1 << 30  # a block dim of -1 (the whole dim): every index // WHOLE is 0
+TILE = (16, 256)
+
+
+def launch_blocks(stats: torch.Tensor, slot: int, x: torch.Tensor, scales: torch.Tensor, block, fmt) -> bool:
+    """Reduce the 2-D ``x`` and its cast with one scale per ``block`` (a ``lowbit.dtypes.Block``;
+    ``scales`` of ``block.scale_shape(x.shape)``) into ``stats[slot]``, the row's ``scale`` being
+    the largest block scale; False (nothing launched) when the kernel can't take it."""
+    if (x.dim() != 2 or x.dtype not in (torch.float16, torch.bfloat16, torch.float32) or x.device != stats.device
+            or scales.device != x.device or x.stride(-1) != 1 or x.numel() == 0 or block.is_tensorwise
+            or tuple(scales.shape) != tuple(block.scale_shape(x.shape))):
+        return False
+    M, K = x.shape
+    s = scales.to(torch.float32)
+    if s.dim() != 2 or s.stride(-1) != 1:
+        s = s.reshape(block.scale_shape(x.shape)).contiguous()
+    br, bc = (WHOLE if b == -1 else b for b in (block.rows, block.cols))
+    tiles = cdiv(M, TILE[0]) * cdiv(K, TILE[1])
+    limit = 4 if interpreting() else PROGRAMS_PER_SM * sm_count(x.device)
+    runnable(_block_stats_kernel)[(max(1, min(tiles, limit)),)](
+        x, M, K, x.stride(0), s, s.stride(0), stats[slot], stats[-1], saturation_limit(fmt),
+        float(fmt.min_subnormal) / 2, COL["nonfinite"], COL["amax"], COL["saturated"], COL["underflow"],
+        COL["nonzero"], COL["numel"], COL["seq"], COL["calls"], BR=br, BC=bc, TM=TILE[0], TK=TILE[1], num_warps=8)
+    stats[slot, COL["scale"]] = s.amax()
     return True
 

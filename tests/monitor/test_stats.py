@@ -9,7 +9,7 @@ from lowbit.dtypes.formats import get_format
 from lowbit.fma_guard.compile import compile_kernel  # before any interpreted kernel runs (it checks)
 from lowbit.dtypes.quantize import quantize
 from lowbit.monitor.stats import COL, cast_scale, reduce_into, reset_template
-from lowbit.scaling import Delayed, Rowwise
+from lowbit.scaling import MX, NV, Blockwise, Delayed, Rowwise
 
 
 def _sample(dtype, seed=0):
@@ -147,3 +147,77 @@ def test_triton_thresholds_count_what_the_division_counts(fmt, s, monkeypatch):
         assert 0 < ref[0, COL["saturated"]] < x.numel()
         if np.float32(edges[1]) >= 2.0 ** -126:  # (a flush edge below the normal range is all or nothing)
             assert 0 < ref[0, COL["underflow"]] < x.numel()
+
+
+def _wide_sample(dtype, seed=1):
+    """(48, 320): ragged against 128-element and 128-row blocks; NaN, +-inf, zeros, and values
+    spanning 1e-7..1e3 inside blocks (so block casts flush some)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(48, 320, generator=g) * torch.logspace(-7, 3, 320)[torch.randperm(320, generator=g)]
+    x[0, 3], x[1, 7], x[40, 300] = float("nan"), float("inf"), float("-inf")
+    x[3, :40] = 0.0
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("recipe,role", [(Rowwise(), "input"), (Blockwise(), "input"), (Blockwise(), "weight"),
+                                         (MX(), "grad"), (NV(), "input"), (NV(), "weight")],
+                         ids=["rowwise", "1x128", "128x128", "mx", "nv", "nv-weight"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_triton_block_kernel_matches_the_torch_reduction(recipe, role, dtype, monkeypatch):
+    """Block-scaled casts (a scale per row, 1x128, 128x128, MX's 32, NV's 16 and 16x16): the
+    Triton kernel's figures are the torch reduction's over the expanded scales, figure for figure."""
+    from lowbit.monitor.stats import block_scale
+    from lowbit.monitor.stats_kernel import launch_blocks
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    x = _wide_sample(dtype)
+    scales, block, f = block_scale(x, recipe, role, None, False)
+    assert not block.is_tensorwise
+    ref, got = reset_template(1, "cpu"), reset_template(1, "cpu")
+    reduce_into(ref, 0, x, scales, f, kernel=False, block=block)
+    assert launch_blocks(got, 0, x, scales, block, f)
+    same = [c for n, c in COL.items() if n != "seq"]
+    torch.testing.assert_close(got[0, same], ref[0, same], rtol=0, atol=0, equal_nan=True)
+    assert ref[0, COL["underflow"]] > 0 and ref[0, COL["saturated"]] > 0 and ref[0, COL["nonfinite"]] == 3
+    assert got[0, COL["seq"]] == 0  # the record saw a non-finite value: the first ticket
+    assert not launch_blocks(got, 0, x[:, ::2], scales, block, f)  # columns not adjacent: left to torch ops
+
+
+@pytest.mark.parametrize("recipe,role", [(Rowwise(), "input"), (Blockwise(), "input"), (Blockwise(), "weight"),
+                                         (NV(), "input")], ids=["rowwise", "1x128", "128x128", "nv"])
+def test_triton_block_kernel_flush_count_at_the_edges(recipe, role, monkeypatch):
+    """The small elements moved to within about 8 ulps of their block's flush edge
+    ``tiny * scale`` (the block amaxes, so the scales, unchanged): the kernel's flush count is the
+    IEEE quotient's, where a product with the rounded reciprocal would count some differently."""
+    from lowbit.monitor.stats import block_scale
+    from lowbit.monitor.stats_kernel import launch_blocks
+    from lowbit.scaling.blocks import expand_scale
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    x = _wide_sample(torch.float32).nan_to_num(0.0, 0.0, 0.0)
+    scales, block, f = block_scale(x, recipe, role, None, False)
+    s_elem = expand_scale(scales, x.shape, block).to(torch.float32)
+    g = torch.Generator().manual_seed(3)
+    edge = s_elem * (f.min_subnormal / 2) * (1 + (torch.rand(x.shape, generator=g) - 0.5) * 2e-6)
+    x = torch.where(x.abs() < s_elem, edge, x)  # far below a block's amax (about fmax * scale)
+    again, _, _ = block_scale(x, recipe, role, None, False)
+    assert torch.equal(again, scales)
+    ref, got = reset_template(1, "cpu"), reset_template(1, "cpu")
+    reduce_into(ref, 0, x, scales, f, kernel=False, block=block)
+    assert launch_blocks(got, 0, x, scales, block, f)
+    assert got[0, COL["underflow"]] == ref[0, COL["underflow"]] > 1000
+
+
+@pytest.mark.parametrize("block", [(1, 128), (128, 128), (1, 32), (1, None)], ids=["1x128", "128x128", "mx", "row"])
+def test_triton_block_kernel_compiles_for_sm90_with_vector_loads(block):
+    """Built for an H100/H200 (no GPU needed): bf16 rows read 16 bytes a load, one IEEE-rounded
+    quotient an element, no comparison flushing subnormals."""
+    from lowbit.monitor.stats_kernel import TILE, WHOLE, _block_stats_kernel
+    sig = {"x_ptr": "*bf16", "M": "i32", "K": "i32", "stride_m": "i32", "s_ptr": "*fp32", "stride_sm": "i32",
+           "row_ptr": "*fp64", "clock_ptr": "*fp64", "limit": "fp32", "tiny": "fp32"}
+    cx = dict(C_NF=COL["nonfinite"], C_AMAX=COL["amax"], C_SAT=COL["saturated"], C_UF=COL["underflow"],
+              C_NZ=COL["nonzero"], C_NUMEL=COL["numel"], C_SEQ=COL["seq"], C_CALLS=COL["calls"], BR=block[0],
+              BC=block[1] or WHOLE, TM=TILE[0], TK=TILE[1])
+    aligned = {(i,): [["tt.divisibility", 16]] for i in (0, 2, 3, 4, 5, 6, 7)}  # pointers, K, strides
+    ptx = compile_kernel(_block_stats_kernel, sig, cx, num_warps=8, attrs=aligned).ptx
+    per_thread = TILE[0] * TILE[1] // (8 * 32)
+    assert "ld.global.v4.b32" in ptx and "ld.global.b16" not in ptx
+    assert ptx.count("div.rn.f32") == per_thread and ".ftz" not in ptx
