@@ -33,8 +33,9 @@ tensor arithmetic: no host sync (see ``record``).
 keeps the records in program order (they all write one tensor) and captures it in CUDA graphs;
 its implementation runs at call time even inside a compiled graph, which is where the per-step
 switches live (``Monitor.every``, SQNR steps) and where, in eager mode, a tensor recorded a
-moment ago is recognised and not read again (``Session.seen``). On CUDA the reduction is one Triton kernel per
-tensor (``stats_kernel``); elsewhere, for float64 and for block-scaled casts, torch ops.
+moment ago is recognised and not read again (``Session.seen``). On CUDA the reduction is one
+Triton kernel per tensor (``stats_kernel``; a block-scaled cast passes its block scales,
+``block_scale``); elsewhere, for float64 and on SQNR steps, torch ops.
 """
 from __future__ import annotations
 
