@@ -63,12 +63,32 @@ def _first_above(s, bound, NAN_ABOVE: tl.constexpr):
 
 
 @triton.jit
+def _commit(row_ptr, clock_ptr, n_nf, amax, n_sat, n_uf, n_nz, numel, go, first,
+            C_NF: tl.constexpr, C_AMAX: tl.constexpr, C_SAT: tl.constexpr, C_UF: tl.constexpr, C_NZ: tl.constexpr,
+            C_NUMEL: tl.constexpr, C_SEQ: tl.constexpr, C_CALLS: tl.constexpr, HAS_CAST: tl.constexpr):
+    """One program's totals into the row (float64 atomics: integer counts, exact in any order; the
+    max), a clock ticket if it saw a non-finite element; ``first`` adds the element count
+    (``numel``, an int64 tensor even where a launch made the size a constexpr 1) and the call."""
+    tl.atomic_add(row_ptr + C_NF, n_nf.to(tl.float64), mask=go)
+    tl.atomic_max(row_ptr + C_AMAX, amax.to(tl.float64), mask=go)
+    if HAS_CAST:
+        tl.atomic_add(row_ptr + C_SAT, n_sat.to(tl.float64), mask=go)
+        tl.atomic_add(row_ptr + C_UF, n_uf.to(tl.float64), mask=go)
+        tl.atomic_add(row_ptr + C_NZ, n_nz.to(tl.float64), mask=go)
+    bad = n_nf > 0
+    ticket = tl.atomic_add(clock_ptr, 1.0, mask=bad)
+    tl.atomic_min(row_ptr + C_SEQ, ticket, mask=bad)
+    tl.atomic_add(row_ptr + C_NUMEL, numel.to(tl.float64), mask=first)
+    tl.atomic_add(row_ptr + C_CALLS, 1.0, mask=first)
+
+
+@triton.jit
 def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, when_ptr, limit, tiny,
                   C_NF: tl.constexpr, C_AMAX: tl.constexpr, C_SAT: tl.constexpr, C_UF: tl.constexpr,
                   C_NZ: tl.constexpr, C_NUMEL: tl.constexpr, C_SEQ: tl.constexpr, C_SCALE: tl.constexpr,
                   C_CALLS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_WHEN: tl.constexpr, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
-    go = True
+    go = pid >= 0  # (a tensor: the masks below take it)
     if HAS_WHEN:  # record only if that row has seen a non-finite element: else no tile is read
         go = tl.load(when_ptr + C_NF) > 0.0
     n_go = tl.where(go, n, 0)
@@ -96,20 +116,10 @@ def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, when_ptr, limit, tiny
             sat += (a >= a_sat).to(tl.int32)
             uf += (nonzero & (a < a_big)).to(tl.int32)
             nz += nonzero.to(tl.int32)
-    n_nf = tl.sum(nf, axis=0)
-    tl.atomic_add(row_ptr + C_NF, n_nf.to(tl.float64), mask=go)
-    tl.atomic_max(row_ptr + C_AMAX, tl.max(amax, axis=0).to(tl.float64), mask=go)
-    if HAS_SCALE:
-        tl.atomic_add(row_ptr + C_SAT, tl.sum(sat, axis=0).to(tl.float64), mask=go)
-        tl.atomic_add(row_ptr + C_UF, tl.sum(uf, axis=0).to(tl.float64), mask=go)
-        tl.atomic_add(row_ptr + C_NZ, tl.sum(nz, axis=0).to(tl.float64), mask=go)
-    bad = n_nf > 0
-    ticket = tl.atomic_add(clock_ptr, 1.0, mask=bad)
-    tl.atomic_min(row_ptr + C_SEQ, ticket, mask=bad)
     first = go & (pid == 0)
-    numel = (n + tl.zeros((), tl.int64)).to(tl.float64)  # n is a constexpr when it is 1 (a launch specializes it)
-    tl.atomic_add(row_ptr + C_NUMEL, numel, mask=first)
-    tl.atomic_add(row_ptr + C_CALLS, 1.0, mask=first)
+    _commit(row_ptr, clock_ptr, tl.sum(nf, axis=0), tl.max(amax, axis=0), tl.sum(sat, axis=0), tl.sum(uf, axis=0),
+            tl.sum(nz, axis=0), n + tl.zeros((), tl.int64), go, first,
+            C_NF, C_AMAX, C_SAT, C_UF, C_NZ, C_NUMEL, C_SEQ, C_CALLS, HAS_SCALE)
     if HAS_SCALE:
         tl.store(row_ptr + C_SCALE, s.to(tl.float64), mask=first)
 
@@ -146,18 +156,10 @@ def _block_stats_kernel(x_ptr, M, K, stride_m, s_ptr, stride_sm, row_ptr, clock_
         sat += (y > limit).to(tl.int32)
         uf += (nonzero & (y <= tiny)).to(tl.int32)
         nz += nonzero.to(tl.int32)
-    n_nf = tl.sum(tl.sum(nf, axis=1), axis=0)
-    tl.atomic_add(row_ptr + C_NF, n_nf.to(tl.float64))
-    tl.atomic_max(row_ptr + C_AMAX, tl.max(tl.max(amax, axis=1), axis=0).to(tl.float64))
-    tl.atomic_add(row_ptr + C_SAT, tl.sum(tl.sum(sat, axis=1), axis=0).to(tl.float64))
-    tl.atomic_add(row_ptr + C_UF, tl.sum(tl.sum(uf, axis=1), axis=0).to(tl.float64))
-    tl.atomic_add(row_ptr + C_NZ, tl.sum(tl.sum(nz, axis=1), axis=0).to(tl.float64))
-    bad = n_nf > 0
-    ticket = tl.atomic_add(clock_ptr, 1.0, mask=bad)
-    tl.atomic_min(row_ptr + C_SEQ, ticket, mask=bad)
-    first = pid == 0
-    tl.atomic_add(row_ptr + C_NUMEL, (M.to(tl.int64) * K).to(tl.float64), mask=first)
-    tl.atomic_add(row_ptr + C_CALLS, 1.0, mask=first)
+    _commit(row_ptr, clock_ptr, tl.sum(tl.sum(nf, axis=1), axis=0), tl.max(tl.max(amax, axis=1), axis=0),
+            tl.sum(tl.sum(sat, axis=1), axis=0), tl.sum(tl.sum(uf, axis=1), axis=0),
+            tl.sum(tl.sum(nz, axis=1), axis=0), (M + tl.zeros((), tl.int64)) * K, pid >= 0, pid == 0,
+            C_NF, C_AMAX, C_SAT, C_UF, C_NZ, C_NUMEL, C_SEQ, C_CALLS, True)
 
 
 def _dense(x: torch.Tensor) -> bool:
@@ -214,9 +216,7 @@ def launch_blocks(stats: torch.Tensor, slot: int, x: torch.Tensor, scales: torch
             or tuple(scales.shape) != tuple(block.scale_shape(x.shape))):
         return False
     M, K = x.shape
-    s = scales.to(torch.float32)
-    if s.dim() != 2 or s.stride(-1) != 1:
-        s = s.reshape(block.scale_shape(x.shape)).contiguous()
+    s = scales.to(torch.float32).contiguous()
     br, bc = (WHOLE if b == -1 else b for b in (block.rows, block.cols))
     tiles = cdiv(M, TILE[0]) * cdiv(K, TILE[1])
     limit = 4 if interpreting() else PROGRAMS_PER_SM * sm_count(x.device)

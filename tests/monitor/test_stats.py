@@ -221,3 +221,18 @@ def test_triton_block_kernel_compiles_for_sm90_with_vector_loads(block):
     per_thread = TILE[0] * TILE[1] // (8 * 32)
     assert "ld.global.v4.b32" in ptx and "ld.global.b16" not in ptx
     assert ptx.count("div.rn.f32") == per_thread and ".ftz" not in ptx
+
+
+@pytest.mark.parametrize("dim", ["M", "K"])
+def test_triton_block_kernel_compiles_for_one_row_or_one_column(dim):
+    """A one-token (or one-column) matrix makes that size a constexpr 1 at launch: the block
+    kernel must build that way too (for sm_90)."""
+    from lowbit.monitor.stats_kernel import TILE, WHOLE, _block_stats_kernel
+    sig = {"x_ptr": "*bf16", "M": "i32", "K": "i32", "stride_m": "i32", "s_ptr": "*fp32", "stride_sm": "i32",
+           "row_ptr": "*fp64", "clock_ptr": "*fp64", "limit": "fp32", "tiny": "fp32"}
+    sig[dim] = "constexpr"
+    cx = {dim: 1, "C_NF": COL["nonfinite"], "C_AMAX": COL["amax"], "C_SAT": COL["saturated"], "C_UF": COL["underflow"],
+          "C_NZ": COL["nonzero"], "C_NUMEL": COL["numel"], "C_SEQ": COL["seq"], "C_CALLS": COL["calls"], "BR": 1,
+          "BC": WHOLE, "TM": TILE[0], "TK": TILE[1]}
+    ptx = compile_kernel(_block_stats_kernel, sig, cx, num_warps=8).ptx
+    assert ".add.f64" in ptx
