@@ -13,22 +13,23 @@ Checks first (a 2-layer Llama of hidden 256, bf16, on the GPU):
   bandwidth on 512 MiB of bf16, without a scale, with a cast's scale and with 1x128 block scales
   (beside the torch ops of the block case), against torch's one-read ``torch.amax(x)``.
 
-Then the cost: the training step (forward with labels, backward, grads set to None; no optimizer,
-so the ratio is against the smallest step) of a Hugging Face Llama with ``--layers`` decoder layers
-of Llama-3-8B shape (hidden 4096, intermediate 14336, 32 heads, 8 KV heads, vocab 128256), 2 x 4096
-tokens, bf16 and lowbit formats (``--dtypes``: "bf16" or ``lowbit.convert`` names), compiled (``--compile whole``: ``torch.compile(model)``;
-``regional``: each decoder layer compiled in place, one compile shared by all): no monitor,
-``lowbit.monitor(every=1)`` (``mon.step()`` inside the timed step), ``sqnr_every=10``, and
-``torch.autograd.detect_anomaly`` (no monitor); with ``--modes compiled,eager`` also eager: no
-monitor, every=1, detect_anomaly. Targets: every=1 <= 1.03x, SQNR every 10 <= 1.05x of no
-monitor, compiled. The compiled steps without a monitor and with every=1 are also profiled
-(device ms per step, the stats kernels' share, launches, Dynamo graphs and graph breaks), and
-the kernels the monitor adds are printed, largest first. Attaching and detaching a monitor
-resets Dynamo, so every compiled variant compiles anew (and under regional compilation each watched layer compiles on its own: its rows
-are constants of its graph). Each figure: median over rounds of (10 steps timed with CUDA events)
-/ 10, after 3 warm-up steps (the first step's seconds are recorded too). ``--quick``: 2 layers,
-regional compile, 2 rounds (within 4 minutes on an H200). The full run is one command per dtype
-(about 6-8 minutes each, mostly compiling): ``--dtypes bf16``, then ``--dtypes fp8``.
+Then the cost: the training step (forward with labels, backward, grads set to None; no optimizer, so
+the ratio is against the smallest step) of a Hugging Face Llama with ``--layers`` decoder layers of
+Llama-3-8B shape (hidden 4096, intermediate 14336, 32 heads, 8 KV heads, vocab 128256), 2 x 4096
+tokens, bf16 and lowbit formats (``--dtypes``: "bf16" or ``lowbit.convert`` names), compiled
+(``--compile whole``: ``torch.compile(model)``; ``regional``: each decoder layer compiled in place,
+one compile shared by all): no monitor, ``lowbit.monitor(every=1)`` (``mon.step()`` inside the timed
+step), ``sqnr_every=10``, and ``torch.autograd.detect_anomaly`` (no monitor); with ``--modes
+compiled,eager`` also eager: no monitor, every=1, detect_anomaly. Targets: every=1 <= 1.03x, SQNR
+every 10 <= 1.05x of no monitor, compiled. The compiled steps without a monitor and with every=1 are
+also profiled (device ms per step, the stats kernels' share, launches, Dynamo graphs and graph
+breaks), and the kernels the monitor adds are printed, largest first. Attaching and detaching a
+monitor resets Dynamo, so every compiled variant compiles anew (and under regional compilation each
+watched layer compiles on its own: its rows are constants of its graph). Each figure: median over
+rounds of (10 steps timed with CUDA events) / 10, after 3 warm-up steps (the first step's seconds
+are recorded too). ``--quick``: 2 layers, regional compile, 2 rounds (within 4 minutes on an H200).
+The full run is one command per dtype (about 6-8 minutes each, mostly compiling): ``--dtypes bf16``,
+then ``--dtypes fp8``.
 """
 from __future__ import annotations
 
