@@ -22,6 +22,8 @@ from typing import Dict, Optional, Set
 
 import torch
 
+from ..nn.spec import decode
+
 __all__ = ["Session", "SessionRegistry", "SESSIONS", "WINDOW"]
 
 WINDOW = 4
@@ -43,6 +45,15 @@ class Session:
         self.window: list = []  # [(tensor, key, slot)]
         self.aliases: Dict[int, Set[int]] = {}
         self._warned: set = set()
+        self.plans: dict = {}  # the stats kernels' launches, by what each specializes on (stats_kernel)
+        self._recipes: Dict[str, object] = {}
+
+    def recipe(self, key: str):
+        """The recipe of a ``lowbit.nn.spec.encode`` key, decoded once."""
+        r = self._recipes.get(key)
+        if r is None:
+            r = self._recipes[key] = decode(key)
+        return r
 
     def seen(self, x: torch.Tensor, slot: int) -> bool:
         if _capturing() or not self.window or x.is_inference():

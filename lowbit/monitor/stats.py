@@ -29,13 +29,14 @@ value takes a ticket (the clock, then the clock + 1) and keeps the smallest one;
 stream run in program order, so a smaller ticket means an earlier record. Everything is device
 tensor arithmetic: no host sync (see ``record``).
 
-``record`` is a ``torch.library`` custom op that mutates the buffer, so torch.compile keeps it,
+``record`` is a ``torch.library`` op that mutates the buffer, so torch.compile keeps it,
 keeps the records in program order (they all write one tensor) and captures it in CUDA graphs;
 its implementation runs at call time even inside a compiled graph, which is where the per-step
 switches live (``Monitor.every``, SQNR steps) and where, in eager mode, a tensor recorded a
 moment ago is recognised and not read again (``Session.seen``). On CUDA the reduction is one
 Triton kernel per tensor (``stats_kernel``; a block-scaled cast passes its block scales,
-``block_scale``); elsewhere, for float64 and on SQNR steps, torch ops.
+``block_scale``; SQNR steps take the same pass with the cast's error added); elsewhere and for
+float64, torch ops.
 """
 from __future__ import annotations
 
@@ -44,7 +45,6 @@ from typing import Optional
 import torch
 
 from ..dtypes.quantize import dequantize, quantize
-from ..nn.spec import decode
 from ..scaling.blocks import TENSOR, expand_scale
 from ..scaling.delayed import DelayedScalingState
 from .columns import COL, COLUMNS, WIDTH, saturation_limit
@@ -87,7 +87,7 @@ def block_scale(x2d: torch.Tensor, recipe, role: str, scale: Optional[torch.Tens
                                           .detach().to(torch.float32).clone())
             st.prime(x2d)
             scale = st.scale
-        return scale.detach().to(torch.float32), TENSOR, fmt
+        return (scale if scale.dtype == torch.float32 else scale.to(torch.float32)), TENSOR, fmt
     block = recipe.granularity(role)
     if isinstance(recipe, NV):
         s_block, s_global = recipe.scales(x2d, role)
@@ -129,18 +129,20 @@ def _reference(x: torch.Tensor, scale, fmt, sqnr: bool) -> torch.Tensor:
 
 
 def reduce_into(stats: torch.Tensor, slot: int, x: torch.Tensor, scale=None, fmt=None, sqnr: bool = False,
-                kernel: bool = True, when: int = -1, block=TENSOR) -> None:
+                kernel: bool = True, when: int = -1, block=TENSOR, plans=None) -> None:
     """Add the statistics of ``x`` (and of its cast with ``scale`` in ``fmt``: one scale, or one
-    per ``block`` of the 2-D ``x``, ``block_scale``) to row ``slot``; with ``when >= 0``, only if
-    row ``when`` has counted a non-finite element (decided on the device: the kernel then reads
-    nothing; block-scaled casts are always recorded)."""
-    if kernel and x.device.type == "cuda" and x.dtype != torch.float64 and not sqnr:
+    per ``block`` of the 2-D ``x``, ``block_scale``; with ``sqnr``, its signal and noise) to row
+    ``slot``; with ``when >= 0``, only if row ``when`` has counted a non-finite element (decided on
+    the device: the kernel then reads nothing; block-scaled casts are always recorded).
+    ``plans``: the kernel launches of the caller's monitor (``registry.Session.plans``)."""
+    if kernel and x.device.type == "cuda" and x.dtype != torch.float64:
         from .stats_kernel import launch, launch_blocks
         if scale is None or block.is_tensorwise:
-            if (scale is None or scale.numel() == 1) and launch(stats, slot, x, scale, fmt, when):
+            if (scale is None or scale.numel() == 1) and launch(stats, slot, x, scale, fmt, when, sqnr, plans):
                 return
-        elif when < 0 and launch_blocks(stats, slot, x, scale, block, fmt):
+        elif when < 0 and launch_blocks(stats, slot, x, scale, block, fmt, sqnr, plans):
             return
+    x = x.detach()
     if scale is not None and not block.is_tensorwise:
         scale = expand_scale(scale, x.shape, block)
     v = _reference(x, scale, fmt, sqnr).to(stats.device)
@@ -170,7 +172,8 @@ def record_impl(stats: torch.Tensor, x: torch.Tensor, session: int, slot: int, s
     sess = SESSIONS.get(session)
     if sess is None or not sess.active or x.numel() == 0 or x.dtype not in STAT_DTYPES:
         return
-    x = x.detach()
+    if x.requires_grad:  # (eager: nothing here joins or keeps the autograd graph; in an op nothing requires grad)
+        x = x.detach()
     if dedupe and not recipe and sess.seen(x, slot):
         return
     cast = fmt = None
@@ -178,7 +181,7 @@ def record_impl(stats: torch.Tensor, x: torch.Tensor, session: int, slot: int, s
     if recipe:
         x2d = x.reshape(-1, x.shape[-1]) if x.dim() else x.reshape(1, 1)
         try:
-            cast, block, fmt = block_scale(x2d, decode(recipe), role, scale, prime)
+            cast, block, fmt = block_scale(x2d, sess.recipe(recipe), role, scale, prime)
             x = x2d
         except Exception as e:  # a tensor the recipe's scale math can't take: its plain figures only
             sess.warn_once(("cast", slot), f"no cast statistics for row {slot} ({role}): {type(e).__name__}: {e}")
@@ -186,14 +189,24 @@ def record_impl(stats: torch.Tensor, x: torch.Tensor, session: int, slot: int, s
     if x.device != stats.device:  # a model moved after attaching, or one without parameters
         sess.warn_device(x.device)
         kernel = False
-    reduce_into(stats, slot, x, cast, fmt, sess.sqnr_due and bool(recipe), kernel, when, block)
+    reduce_into(stats, slot, x, cast, fmt, sess.sqnr_due and bool(recipe), kernel, when, block, sess.plans)
     if dedupe and when < 0:  # (a conditional record may have read nothing: no alias to it)
         sess.remember(x, slot)
 
 
-record = torch.library.custom_op("lowbit_monitor::record", record_impl, mutates_args=("stats",))
+# The op, by torch.library's low-level API: ``torch.library.custom_op`` wraps every call in Python
+# layers (autograd and mutation bookkeeping) that cost tens of microseconds of host time a record
+# inside a compiled graph; a record has no gradient, and the schema's alias annotation ``(a!)``
+# declares what it mutates, for functionalization and CUDA graphs alike.
+_LIB = torch.library.Library("lowbit_monitor", "DEF")
+_LIB.define("record(Tensor(a!) stats, Tensor x, int session, int slot, Tensor? scale, str recipe, str role, "
+            "bool prime, bool dedupe, int when) -> ()")
+_LIB.impl("record", record_impl, "CompositeExplicitAutograd")
 
 
-@record.register_fake
+@torch.library.register_fake("lowbit_monitor::record", lib=_LIB)
 def _record_fake(stats, x, session, slot, scale, recipe, role, prime, dedupe, when) -> None:
     return None
+
+
+record = torch.ops.lowbit_monitor.record

@@ -30,8 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ..kernels.triton.runtime import cdiv, interpreting, runnable, sm_count
-from .columns import COL, saturation_limit
+from ..kernels.triton.runtime import Launch, cdiv, interpreting, sm_count
+from .columns import COL, WIDTH, saturation_limit
 
 __all__ = ["launch", "launch_blocks", "BLOCK"]
 
@@ -62,35 +62,74 @@ def _first_above(s, bound, NAN_ABOVE: tl.constexpr):
     return tl.where(above, a, float("nan"))
 
 
+# the row's columns (``columns.COL``), fixed: constants of every kernel
+C_NF = tl.constexpr(COL["nonfinite"])
+C_AMAX = tl.constexpr(COL["amax"])
+C_SAT = tl.constexpr(COL["saturated"])
+C_UF = tl.constexpr(COL["underflow"])
+C_NZ = tl.constexpr(COL["nonzero"])
+C_NUMEL = tl.constexpr(COL["numel"])
+C_SEQ = tl.constexpr(COL["seq"])
+C_SCALE = tl.constexpr(COL["scale"])
+C_SIGNAL = tl.constexpr(COL["signal"])
+C_NOISE = tl.constexpr(COL["noise"])
+C_CALLS = tl.constexpr(COL["calls"])
+C_WIDTH = tl.constexpr(WIDTH)
+
+
 @triton.jit
-def _commit(row_ptr, clock_ptr, n_nf, amax, n_sat, n_uf, n_nz, numel, go, first,
-            C_NF: tl.constexpr, C_AMAX: tl.constexpr, C_SAT: tl.constexpr, C_UF: tl.constexpr, C_NZ: tl.constexpr,
-            C_NUMEL: tl.constexpr, C_SEQ: tl.constexpr, C_CALLS: tl.constexpr, HAS_CAST: tl.constexpr):
-    """One program's totals into the row (float64 atomics: integer counts, exact in any order; the
-    max), a clock ticket if it saw a non-finite element; ``first`` adds the element count
-    (``numel``, an int64 tensor even where a launch made the size a constexpr 1) and the call."""
+def _cast_error(x, s, fmax, MBITS: tl.constexpr, EMIN: tl.constexpr):
+    """(x, x - dequant(quant(x))) in float64, and whether both count: ``lowbit.dtypes.quantize``'s
+    round-to-nearest-even cast of ``div_rn(x, s)`` with saturation, dequantized as ``v * s`` in
+    fp32. The grid step ``2^(e - MBITS)``, ``e = max(floor(log2|y|), EMIN)``, is exact, and so is
+    ``|y| / step`` (below 2^(MBITS + 1) after the clamp): adding and taking away 2^23 rounds it
+    half to even. A non-finite ``x`` or dequantized value counts in neither sum."""
+    y = tl.math.div_rn(x, s)
+    a = tl.abs(y)
+    a = tl.where(a > fmax, fmax, a)  # saturate (NaN stays NaN)
+    e = ((a.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    e = tl.minimum(tl.maximum(e, EMIN), 127 - MBITS)
+    k = a * ((MBITS - e + 127) << 23).to(tl.float32, bitcast=True)
+    k = (k + 8388608.0) - 8388608.0
+    v = k * ((e - MBITS + 127) << 23).to(tl.float32, bitcast=True)
+    dq = tl.where(y < 0, -v, v) * s
+    ok = (tl.abs(x) < float("inf")) & (tl.abs(dq) < float("inf"))
+    x64 = x.to(tl.float64)
+    d = x64 - dq.to(tl.float64)
+    return tl.where(ok, x64 * x64, 0.0), tl.where(ok, d * d, 0.0)
+
+
+@triton.jit
+def _commit(stats_ptr, slot, clock, n_nf, amax, n_sat, n_uf, n_nz, signal, noise, numel, go, first,
+            HAS_CAST: tl.constexpr, SQNR: tl.constexpr):
+    """One program's totals into row ``slot`` of ``stats`` (float64 atomics: integer counts, exact
+    in any order; the max; the SQNR sums), a clock ticket (row ``clock``) if it saw a non-finite
+    element; ``first`` adds the element count (``numel``, an int64 tensor) and the call."""
+    row_ptr = stats_ptr + slot * C_WIDTH
     tl.atomic_add(row_ptr + C_NF, n_nf.to(tl.float64), mask=go)
     tl.atomic_max(row_ptr + C_AMAX, amax.to(tl.float64), mask=go)
     if HAS_CAST:
         tl.atomic_add(row_ptr + C_SAT, n_sat.to(tl.float64), mask=go)
         tl.atomic_add(row_ptr + C_UF, n_uf.to(tl.float64), mask=go)
         tl.atomic_add(row_ptr + C_NZ, n_nz.to(tl.float64), mask=go)
+    if SQNR:
+        tl.atomic_add(row_ptr + C_SIGNAL, signal, mask=go)
+        tl.atomic_add(row_ptr + C_NOISE, noise, mask=go)
     bad = n_nf > 0
-    ticket = tl.atomic_add(clock_ptr, 1.0, mask=bad)
+    ticket = tl.atomic_add(stats_ptr + clock * C_WIDTH, 1.0, mask=bad)
     tl.atomic_min(row_ptr + C_SEQ, ticket, mask=bad)
     tl.atomic_add(row_ptr + C_NUMEL, numel.to(tl.float64), mask=first)
     tl.atomic_add(row_ptr + C_CALLS, 1.0, mask=first)
 
 
-@triton.jit
-def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, when_ptr, limit, tiny,
-                  C_NF: tl.constexpr, C_AMAX: tl.constexpr, C_SAT: tl.constexpr, C_UF: tl.constexpr,
-                  C_NZ: tl.constexpr, C_NUMEL: tl.constexpr, C_SEQ: tl.constexpr, C_SCALE: tl.constexpr,
-                  C_CALLS: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_WHEN: tl.constexpr, BLOCK: tl.constexpr):
+@triton.jit(do_not_specialize=("slot", "clock", "when"))
+def _stats_kernel(x_ptr, n, stats_ptr, slot, clock, scale_ptr, when, limit, tiny, fmax,
+                  HAS_SCALE: tl.constexpr, HAS_WHEN: tl.constexpr, SQNR: tl.constexpr, MBITS: tl.constexpr,
+                  EMIN: tl.constexpr, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     go = pid >= 0  # (a tensor: the masks below take it)
-    if HAS_WHEN:  # record only if that row has seen a non-finite element: else no tile is read
-        go = tl.load(when_ptr + C_NF) > 0.0
+    if HAS_WHEN:  # record only if row ``when`` has seen a non-finite element: else no tile is read
+        go = tl.load(stats_ptr + when * C_WIDTH + C_NF) > 0.0
     n_go = tl.where(go, n, 0)
     step = tl.num_programs(0).to(tl.int64) * BLOCK
     lanes = tl.arange(0, BLOCK)
@@ -99,6 +138,8 @@ def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, when_ptr, limit, tiny
     uf = tl.zeros([BLOCK], dtype=tl.int32)
     nz = tl.zeros([BLOCK], dtype=tl.int32)
     amax = tl.zeros([BLOCK], dtype=tl.float32)
+    sig = tl.zeros([BLOCK], dtype=tl.float64)
+    noi = tl.zeros([BLOCK], dtype=tl.float64)
     if HAS_SCALE:
         s = tl.load(scale_ptr)
         a_sat = _first_above(tl.abs(s), limit, False)
@@ -116,19 +157,22 @@ def _stats_kernel(x_ptr, n, row_ptr, clock_ptr, scale_ptr, when_ptr, limit, tiny
             sat += (a >= a_sat).to(tl.int32)
             uf += (nonzero & (a < a_big)).to(tl.int32)
             nz += nonzero.to(tl.int32)
+            if SQNR:
+                xs, xe = _cast_error(x, s, fmax, MBITS, EMIN)
+                sig += xs
+                noi += xe
     first = go & (pid == 0)
-    _commit(row_ptr, clock_ptr, tl.sum(nf, axis=0), tl.max(amax, axis=0), tl.sum(sat, axis=0), tl.sum(uf, axis=0),
-            tl.sum(nz, axis=0), n + tl.zeros((), tl.int64), go, first,
-            C_NF, C_AMAX, C_SAT, C_UF, C_NZ, C_NUMEL, C_SEQ, C_CALLS, HAS_SCALE)
+    _commit(stats_ptr, slot, clock, tl.sum(nf, axis=0), tl.max(amax, axis=0), tl.sum(sat, axis=0),
+            tl.sum(uf, axis=0), tl.sum(nz, axis=0), tl.sum(sig, axis=0), tl.sum(noi, axis=0),
+            n + tl.zeros((), tl.int64), go, first, HAS_SCALE, SQNR)
     if HAS_SCALE:
-        tl.store(row_ptr + C_SCALE, s.to(tl.float64), mask=first)
+        tl.store(stats_ptr + slot * C_WIDTH + C_SCALE, s.to(tl.float64), mask=first)
 
 
-@triton.jit
-def _block_stats_kernel(x_ptr, M, K, stride_m, s_ptr, stride_sm, row_ptr, clock_ptr, limit, tiny,
-                        C_NF: tl.constexpr, C_AMAX: tl.constexpr, C_SAT: tl.constexpr, C_UF: tl.constexpr,
-                        C_NZ: tl.constexpr, C_NUMEL: tl.constexpr, C_SEQ: tl.constexpr, C_CALLS: tl.constexpr,
-                        BR: tl.constexpr, BC: tl.constexpr, TM: tl.constexpr, TK: tl.constexpr):
+@triton.jit(do_not_specialize=("slot", "clock"))
+def _block_stats_kernel(x_ptr, M, K, stride_m, s_ptr, stride_sm, stats_ptr, slot, clock, limit, tiny, fmax,
+                        SQNR: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr, BR: tl.constexpr,
+                        BC: tl.constexpr, TM: tl.constexpr, TK: tl.constexpr):
     """The figures of a cast with one scale per ``BR x BC`` block of the (M, K) matrix ``x``
     (rows ``stride_m`` apart, columns adjacent; scales (ceil(M / BR), ceil(K / BC)), rows
     ``stride_sm`` apart): ``TM x TK`` tiles, grid-strided, each element divided by its block's
@@ -141,6 +185,8 @@ def _block_stats_kernel(x_ptr, M, K, stride_m, s_ptr, stride_sm, row_ptr, clock_
     uf = tl.zeros([TM, TK], dtype=tl.int32)
     nz = tl.zeros([TM, TK], dtype=tl.int32)
     amax = tl.zeros([TM, TK], dtype=tl.float32)
+    sig = tl.zeros([TM, TK], dtype=tl.float64)
+    noi = tl.zeros([TM, TK], dtype=tl.float64)
     for t in range(pid, n_tiles, tl.num_programs(0)):
         rows = (t // tiles_k).to(tl.int64) * TM + tl.arange(0, TM)
         cols = (t % tiles_k) * TK + tl.arange(0, TK)
@@ -156,10 +202,14 @@ def _block_stats_kernel(x_ptr, M, K, stride_m, s_ptr, stride_sm, row_ptr, clock_
         sat += (y > limit).to(tl.int32)
         uf += (nonzero & (y <= tiny)).to(tl.int32)
         nz += nonzero.to(tl.int32)
-    _commit(row_ptr, clock_ptr, tl.sum(tl.sum(nf, axis=1), axis=0), tl.max(tl.max(amax, axis=1), axis=0),
+        if SQNR:
+            xs, xe = _cast_error(x, sc, fmax, MBITS, EMIN)
+            sig += xs
+            noi += xe
+    _commit(stats_ptr, slot, clock, tl.sum(tl.sum(nf, axis=1), axis=0), tl.max(tl.max(amax, axis=1), axis=0),
             tl.sum(tl.sum(sat, axis=1), axis=0), tl.sum(tl.sum(uf, axis=1), axis=0),
-            tl.sum(tl.sum(nz, axis=1), axis=0), (M + tl.zeros((), tl.int64)) * K, pid >= 0, pid == 0,
-            C_NF, C_AMAX, C_SAT, C_UF, C_NZ, C_NUMEL, C_SEQ, C_CALLS, True)
+            tl.sum(tl.sum(nz, axis=1), axis=0), tl.sum(tl.sum(sig, axis=1), axis=0),
+            tl.sum(tl.sum(noi, axis=1), axis=0), (M + tl.zeros((), tl.int64)) * K, pid >= 0, pid == 0, True, SQNR)
 
 
 def _dense(x: torch.Tensor) -> bool:
@@ -182,24 +232,61 @@ def _flat(x: torch.Tensor) -> Optional[torch.Tensor]:
     return None
 
 
-def launch(stats: torch.Tensor, slot: int, x: torch.Tensor, scale: Optional[torch.Tensor], fmt, when: int = -1) -> bool:
+def _spec(v: int) -> tuple:
+    """What a launch specializes an int argument on (a constexpr 1, 16-divisible, 64-bit)."""
+    return v == 1, v % 16 == 0, v >= 2 ** 31
+
+
+def _aligned(t: torch.Tensor) -> bool:
+    return t.data_ptr() % 16 == 0
+
+
+def _plan(plans: Optional[dict], kernel, key: tuple, grid: tuple, fmt, **consts):
+    """(launch, the format's float arguments: saturation limit, flush edge, max) for ``key``,
+    everything its kernel specializes on (dtypes, 16-byte alignment, int sizes, flags, format,
+    grid), made once into ``plans`` (a monitor session's, ``registry.Session.plans``): a
+    ``runtime.Launch``, whose later calls skip the JIT's binding."""
+    plan = plans.get(key) if plans is not None else None
+    if plan is None:
+        floats = ((saturation_limit(fmt), float(fmt.min_subnormal) / 2, float(fmt.max)) if fmt is not None
+                  else (0.0, 0.0, 0.0))
+        bits = {"MBITS": fmt.mbits, "EMIN": fmt.emin} if fmt is not None else {"MBITS": 0, "EMIN": 0}
+        plan = (Launch(kernel, grid, **consts, **bits, num_warps=8), floats)
+        if plans is not None:
+            plans[key] = plan
+    return plan
+
+
+def _rows_ok(stats: torch.Tensor, x: torch.Tensor) -> bool:
+    """The buffer is a contiguous (rows, WIDTH) float64 tensor on ``x``'s device."""
+    return (stats.dim() == 2 and stats.shape[1] == WIDTH and stats.dtype == torch.float64 and stats.is_contiguous()
+            and x.device == stats.device)
+
+
+def launch(stats: torch.Tensor, slot: int, x: torch.Tensor, scale: Optional[torch.Tensor], fmt, when: int = -1,
+           sqnr: bool = False, plans: Optional[dict] = None) -> bool:
     """Reduce ``x`` into ``stats[slot]`` (if ``when >= 0``: only when ``stats[when]`` counted a
-    non-finite element); False (nothing launched) when the kernel can't take it."""
-    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32) or x.device != stats.device:
+    non-finite element; ``sqnr`` with a ``scale``: also the cast's signal and noise); False
+    (nothing launched) when the kernel can't take it."""
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32) or not _rows_ok(stats, x):
         return False
-    flat = _flat(x)
+    flat = x if x.is_contiguous() else _flat(x)
     if flat is None:
         return False
     n = flat.numel()
     limit = 4 if interpreting() else PROGRAMS_PER_SM * sm_count(x.device)
     grid = (max(1, min(cdiv(n, BLOCK), limit)),)
     has_scale = scale is not None
-    s = scale.reshape(()).to(torch.float32) if has_scale else stats  # any pointer when unused
-    runnable(_stats_kernel)[grid](
-        flat, n, stats[slot], stats[-1], s, stats[when] if when >= 0 else stats,
-        saturation_limit(fmt) if has_scale else 0.0, float(fmt.min_subnormal) / 2 if has_scale else 0.0,
-        COL["nonfinite"], COL["amax"], COL["saturated"], COL["underflow"], COL["nonzero"], COL["numel"],
-        COL["seq"], COL["scale"], COL["calls"], HAS_SCALE=has_scale, HAS_WHEN=when >= 0, BLOCK=BLOCK, num_warps=8)
+    s = stats  # any pointer when unused
+    if has_scale:
+        s = scale if scale.dtype == torch.float32 else scale.to(torch.float32)
+    sqnr = sqnr and has_scale
+    key = (0, x.dtype, _aligned(flat), _spec(n), _aligned(s), _aligned(stats), has_scale, when >= 0, sqnr,
+           fmt.name if has_scale else None, grid)
+    run, (lim, tiny, fmax) = _plan(
+        plans, _stats_kernel, key, grid, fmt if has_scale else None, HAS_SCALE=has_scale, HAS_WHEN=when >= 0, SQNR=sqnr,
+        BLOCK=BLOCK)
+    run(flat, n, stats, slot, stats.shape[0] - 1, s, max(when, 0), lim, tiny, fmax)
     return True
 
 
@@ -207,11 +294,13 @@ WHOLE = 1 << 30  # a block dim of -1 (the whole dim): every index // WHOLE is 0
 TILE = (16, 256)
 
 
-def launch_blocks(stats: torch.Tensor, slot: int, x: torch.Tensor, scales: torch.Tensor, block, fmt) -> bool:
+def launch_blocks(stats: torch.Tensor, slot: int, x: torch.Tensor, scales: torch.Tensor, block, fmt,
+                  sqnr: bool = False, plans: Optional[dict] = None) -> bool:
     """Reduce the 2-D ``x`` and its cast with one scale per ``block`` (a ``lowbit.dtypes.Block``;
-    ``scales`` of ``block.scale_shape(x.shape)``) into ``stats[slot]``, the row's ``scale`` being
-    the largest block scale; False (nothing launched) when the kernel can't take it."""
-    if (x.dim() != 2 or x.dtype not in (torch.float16, torch.bfloat16, torch.float32) or x.device != stats.device
+    ``scales`` of ``block.scale_shape(x.shape)``) into ``stats[slot]`` (with ``sqnr``, also the
+    cast's signal and noise), the row's ``scale`` being the largest block scale; False (nothing
+    launched) when the kernel can't take it."""
+    if (x.dim() != 2 or x.dtype not in (torch.float16, torch.bfloat16, torch.float32) or not _rows_ok(stats, x)
             or scales.device != x.device or x.stride(-1) != 1 or x.numel() == 0 or block.is_tensorwise
             or tuple(scales.shape) != tuple(block.scale_shape(x.shape))):
         return False
@@ -220,10 +309,11 @@ def launch_blocks(stats: torch.Tensor, slot: int, x: torch.Tensor, scales: torch
     br, bc = (WHOLE if b == -1 else b for b in (block.rows, block.cols))
     tiles = cdiv(M, TILE[0]) * cdiv(K, TILE[1])
     limit = 4 if interpreting() else PROGRAMS_PER_SM * sm_count(x.device)
-    runnable(_block_stats_kernel)[(max(1, min(tiles, limit)),)](
-        x, M, K, x.stride(0), s, s.stride(0), stats[slot], stats[-1], saturation_limit(fmt),
-        float(fmt.min_subnormal) / 2, COL["nonfinite"], COL["amax"], COL["saturated"], COL["underflow"],
-        COL["nonzero"], COL["numel"], COL["seq"], COL["calls"], BR=br, BC=bc, TM=TILE[0], TK=TILE[1], num_warps=8)
+    grid = (max(1, min(tiles, limit)),)
+    key = (1, x.dtype, _aligned(x), _aligned(s), _aligned(stats), _spec(M), _spec(K), _spec(x.stride(0)),
+           _spec(s.stride(0)), sqnr, fmt.name, br, bc, grid)
+    run, (lim, tiny, fmax) = _plan(
+        plans, _block_stats_kernel, key, grid, fmt, SQNR=sqnr, BR=br, BC=bc, TM=TILE[0], TK=TILE[1])
+    run(x, M, K, x.stride(0), s, s.stride(0), stats, slot, stats.shape[0] - 1, lim, tiny, fmax)
     stats[slot, COL["scale"]] = s.amax()
     return True
-

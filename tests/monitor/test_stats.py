@@ -68,11 +68,15 @@ def test_cast_scale_is_the_layers_own_scale():
     x = _sample(torch.float32)[:, :128].nan_to_num(0.0, 0.0, 0.0)
     buf = torch.full((), 0.5)
     s, f = cast_scale(x, Delayed(), "input", buf, prime=False)
-    assert s is not buf and s == 0.5 and f.name == "e4m3"  # the delayed state's scale, not modified
+    assert s == 0.5 and buf == 0.5 and f.name == "e4m3"  # the delayed state's scale, not modified
     s, _ = cast_scale(x, Delayed(), "grad", buf, prime=True)  # cold start: the tensor's own amax
     assert s == torch.tensor(x.abs().max().item() / 57344.0) and buf == 0.5
     s, f = cast_scale(x, Rowwise(), "input", None, prime=False)  # one scale per row
     assert torch.equal(s[:, 0], x.abs().amax(1) / 448.0) and s.shape == x.shape
+
+
+_STATS_SIG = {"x_ptr": "*bf16", "n": "i32", "stats_ptr": "*fp64", "slot": "i32", "clock": "i32", "scale_ptr": "*fp32",
+              "when": "i32", "limit": "fp32", "tiny": "fp32", "fmax": "fp32"}
 
 
 @pytest.mark.parametrize("has_scale", [False, True])
@@ -81,12 +85,9 @@ def test_triton_kernel_compiles_for_sm90_with_vector_loads(has_scale):
     quotients are the thresholds' bisections only, none an element (as many with twice the
     elements a thread), and no comparison flushes subnormals."""
     from lowbit.monitor.stats_kernel import BLOCK, _stats_kernel
-    sig = {"x_ptr": "*bf16", "n": "i32", "row_ptr": "*fp64", "clock_ptr": "*fp64", "scale_ptr": "*fp32",
-           "when_ptr": "*fp64", "limit": "fp32", "tiny": "fp32"}
-    cx = dict(C_NF=COL["nonfinite"], C_AMAX=COL["amax"], C_SAT=COL["saturated"], C_UF=COL["underflow"],
-              C_NZ=COL["nonzero"], C_NUMEL=COL["numel"], C_SEQ=COL["seq"], C_SCALE=COL["scale"], C_CALLS=COL["calls"],
-              HAS_SCALE=has_scale, HAS_WHEN=has_scale, BLOCK=BLOCK)
-    div16 = {(i,): [["tt.divisibility", 16]] for i in range(6)}  # what a launch specializes for aligned sizes
+    sig = _STATS_SIG
+    cx = dict(HAS_SCALE=has_scale, HAS_WHEN=has_scale, SQNR=False, MBITS=3, EMIN=-6, BLOCK=BLOCK)
+    div16 = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 5)}  # what a launch specializes: pointers, n
     ptx = compile_kernel(_stats_kernel, sig, cx, num_warps=8, attrs=div16).ptx
     wide = compile_kernel(_stats_kernel, sig, {**cx, "BLOCK": 2 * BLOCK}, num_warps=8, attrs=div16).ptx
     assert "ld.global.v4.b32" in ptx and "ld.global.b16" not in ptx
@@ -95,18 +96,17 @@ def test_triton_kernel_compiles_for_sm90_with_vector_loads(has_scale):
     assert ".add.f64" in ptx  # float64 atomics into the row
 
 
-@pytest.mark.parametrize("has_scale,has_when", [(False, False), (False, True), (True, False)])
-def test_triton_kernel_compiles_for_a_one_element_tensor(has_scale, has_when):
+@pytest.mark.parametrize("has_scale,has_when,sqnr", [(False, False, False), (False, True, False), (True, False, False),
+                                                     (True, False, True)])
+def test_triton_kernel_compiles_for_a_one_element_tensor(has_scale, has_when, sqnr):
     """A launch on a 1-element tensor (a loss, a scalar parameter) specializes ``n`` to the
-    constexpr 1: the kernel must build that way too (for sm_90, every flag combination)."""
+    constexpr 1: the kernel must build that way too, for sm_90, every flag combination, unaligned
+    (the rows are never specialized); SQNR steps' sums are float64 atomics, no subnormal flushed."""
     from lowbit.monitor.stats_kernel import BLOCK, _stats_kernel
-    sig = {"x_ptr": "*fp32", "n": "constexpr", "row_ptr": "*fp64", "clock_ptr": "*fp64", "scale_ptr": "*fp32",
-           "when_ptr": "*fp64", "limit": "fp32", "tiny": "fp32"}
-    cx = dict(n=1, C_NF=COL["nonfinite"], C_AMAX=COL["amax"], C_SAT=COL["saturated"], C_UF=COL["underflow"],
-              C_NZ=COL["nonzero"], C_NUMEL=COL["numel"], C_SEQ=COL["seq"], C_SCALE=COL["scale"], C_CALLS=COL["calls"],
-              HAS_SCALE=has_scale, HAS_WHEN=has_when, BLOCK=BLOCK)
-    ptx = compile_kernel(_stats_kernel, sig, cx, num_warps=8).ptx
-    assert ".add.f64" in ptx
+    cx = dict(n=1, HAS_SCALE=has_scale, HAS_WHEN=has_when, SQNR=sqnr, MBITS=2, EMIN=-14, BLOCK=BLOCK)
+    ptx = compile_kernel(_stats_kernel, {**_STATS_SIG, "n": "constexpr"}, cx, num_warps=8).ptx
+    # nonfinite, clock ticket, numel, calls; saturated, underflow, nonzero; signal, noise
+    assert ptx.count(".add.f64") == 4 + (3 if has_scale else 0) + (2 if sqnr else 0) and ".ftz" not in ptx
 
 
 def _around(v: float, n: int = 12) -> np.ndarray:
@@ -206,21 +206,22 @@ def test_triton_block_kernel_flush_count_at_the_edges(recipe, role, monkeypatch)
     assert got[0, COL["underflow"]] == ref[0, COL["underflow"]] > 1000
 
 
+_BLOCK_SIG = {"x_ptr": "*bf16", "M": "i32", "K": "i32", "stride_m": "i32", "s_ptr": "*fp32", "stride_sm": "i32",
+              "stats_ptr": "*fp64", "slot": "i32", "clock": "i32", "limit": "fp32", "tiny": "fp32", "fmax": "fp32"}
+
+
 @pytest.mark.parametrize("block", [(1, 128), (128, 128), (1, 32), (1, None)], ids=["1x128", "128x128", "mx", "row"])
 def test_triton_block_kernel_compiles_for_sm90_with_vector_loads(block):
     """Built for an H100/H200 (no GPU needed): bf16 rows read 16 bytes a load, one IEEE-rounded
-    quotient an element, no comparison flushing subnormals."""
+    quotient an element (SQNR steps' cast reuses it), no comparison flushing subnormals."""
     from lowbit.monitor.stats_kernel import TILE, WHOLE, _block_stats_kernel
-    sig = {"x_ptr": "*bf16", "M": "i32", "K": "i32", "stride_m": "i32", "s_ptr": "*fp32", "stride_sm": "i32",
-           "row_ptr": "*fp64", "clock_ptr": "*fp64", "limit": "fp32", "tiny": "fp32"}
-    cx = dict(C_NF=COL["nonfinite"], C_AMAX=COL["amax"], C_SAT=COL["saturated"], C_UF=COL["underflow"],
-              C_NZ=COL["nonzero"], C_NUMEL=COL["numel"], C_SEQ=COL["seq"], C_CALLS=COL["calls"], BR=block[0],
-              BC=block[1] or WHOLE, TM=TILE[0], TK=TILE[1])
-    aligned = {(i,): [["tt.divisibility", 16]] for i in (0, 2, 3, 4, 5, 6, 7)}  # pointers, K, strides
-    ptx = compile_kernel(_block_stats_kernel, sig, cx, num_warps=8, attrs=aligned).ptx
+    aligned = {(i,): [["tt.divisibility", 16]] for i in (0, 2, 3, 4, 5, 6)}  # pointers, K, strides
     per_thread = TILE[0] * TILE[1] // (8 * 32)
-    assert "ld.global.v4.b32" in ptx and "ld.global.b16" not in ptx
-    assert ptx.count("div.rn.f32") == per_thread and ".ftz" not in ptx
+    for sqnr in (False, True):
+        cx = dict(SQNR=sqnr, MBITS=3, EMIN=-6, BR=block[0], BC=block[1] or WHOLE, TM=TILE[0], TK=TILE[1])
+        ptx = compile_kernel(_block_stats_kernel, _BLOCK_SIG, cx, num_warps=8, attrs=aligned).ptx
+        assert "ld.global.v4.b32" in ptx and "ld.global.b16" not in ptx
+        assert ptx.count("div.rn.f32") == per_thread and ".ftz" not in ptx
 
 
 @pytest.mark.parametrize("dim", ["M", "K"])
@@ -228,11 +229,76 @@ def test_triton_block_kernel_compiles_for_one_row_or_one_column(dim):
     """A one-token (or one-column) matrix makes that size a constexpr 1 at launch: the block
     kernel must build that way too (for sm_90)."""
     from lowbit.monitor.stats_kernel import TILE, WHOLE, _block_stats_kernel
-    sig = {"x_ptr": "*bf16", "M": "i32", "K": "i32", "stride_m": "i32", "s_ptr": "*fp32", "stride_sm": "i32",
-           "row_ptr": "*fp64", "clock_ptr": "*fp64", "limit": "fp32", "tiny": "fp32"}
-    sig[dim] = "constexpr"
-    cx = {dim: 1, "C_NF": COL["nonfinite"], "C_AMAX": COL["amax"], "C_SAT": COL["saturated"], "C_UF": COL["underflow"],
-          "C_NZ": COL["nonzero"], "C_NUMEL": COL["numel"], "C_SEQ": COL["seq"], "C_CALLS": COL["calls"], "BR": 1,
-          "BC": WHOLE, "TM": TILE[0], "TK": TILE[1]}
+    sig = {**_BLOCK_SIG, dim: "constexpr"}
+    cx = {dim: 1, "SQNR": False, "MBITS": 3, "EMIN": -6, "BR": 1, "BC": WHOLE, "TM": TILE[0], "TK": TILE[1]}
     ptx = compile_kernel(_block_stats_kernel, sig, cx, num_warps=8).ptx
     assert ".add.f64" in ptx
+
+
+_NOT_SQNR = [c for n, c in COL.items() if n not in ("seq", "signal", "noise")]
+
+
+def _assert_sqnr_close(got, ref):
+    """Every figure the torch reduction's exactly; the float64 sums of squares to 1e-12 (their
+    order differs) and not trivial."""
+    torch.testing.assert_close(got[0, _NOT_SQNR], ref[0, _NOT_SQNR], rtol=0, atol=0, equal_nan=True)
+    for c in ("signal", "noise"):
+        assert ref[0, COL[c]] > 0
+        torch.testing.assert_close(got[0, COL[c]], ref[0, COL[c]], rtol=1e-12, atol=0)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # x / 0 in the interpreter
+@pytest.mark.parametrize("fmt,s", [("e4m3", 0.02), ("e4m3", 3.3e-42), ("e5m2", 0.01), ("e5m2", 7.3e30),
+                                   ("e2m1", 0.37), ("e4m3", 0.0)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_triton_sqnr_matches_the_torch_reduction(fmt, s, dtype, monkeypatch):
+    """SQNR steps in the kernel's one pass: the cast's signal and noise (round to nearest even on
+    the format's grid, saturated, dequantized in fp32) are the reference quantize's, at scales
+    that saturate, flush, make subnormal quotients, or are 0 (every quotient infinite)."""
+    from lowbit.monitor.stats_kernel import launch
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    f = get_format(fmt)
+    x = _sample(dtype)
+    scale = torch.tensor(s)
+    ref, got = reset_template(1, "cpu"), reset_template(1, "cpu")
+    reduce_into(ref, 0, x, scale, f, sqnr=True, kernel=False)
+    assert launch(got, 0, x, scale, f, sqnr=True)
+    _assert_sqnr_close(got, ref)
+
+
+@pytest.mark.parametrize("recipe,role", [(Rowwise(), "input"), (Blockwise(), "weight"), (MX(), "grad"), (NV(), "input")],
+                         ids=["rowwise", "128x128", "mx", "nv"])
+def test_triton_block_sqnr_matches_the_torch_reduction(recipe, role, monkeypatch):
+    """SQNR of block-scaled casts (FP8 and FP4 grids) in the block kernel's one pass: the torch
+    reduction's over the expanded scales."""
+    from lowbit.monitor.stats import block_scale
+    from lowbit.monitor.stats_kernel import launch_blocks
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    x = _wide_sample(torch.bfloat16)
+    scales, block, f = block_scale(x, recipe, role, None, False)
+    ref, got = reset_template(1, "cpu"), reset_template(1, "cpu")
+    reduce_into(ref, 0, x, scales, f, sqnr=True, kernel=False, block=block)
+    assert launch_blocks(got, 0, x, scales, block, f, sqnr=True)
+    _assert_sqnr_close(got, ref)
+
+
+def test_launch_plans_are_reused_and_keyed_by_alignment(monkeypatch):
+    """A monitor's launches are made once per specialization: the same key reuses its plan, a
+    tensor 2 bytes off the 16-byte alignment (a view) gets its own, and both give the figures of
+    the torch reduction."""
+    from lowbit.monitor.stats_kernel import launch
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    f, scale = get_format("e4m3"), torch.tensor(0.02)
+    x = _sample(torch.bfloat16)
+    plans: dict = {}
+    ref, got = reset_template(2, "cpu"), reset_template(2, "cpu")
+    for _ in range(2):
+        assert launch(got, 0, x, scale, f, plans=plans)
+        reduce_into(ref, 0, x, scale, f, kernel=False)
+    assert len(plans) == 1
+    view = x.reshape(-1)[1:161]
+    assert view.data_ptr() % 16 != 0
+    assert launch(got, 1, view, scale, f, plans=plans)
+    reduce_into(ref, 1, view, scale, f, kernel=False)
+    assert len(plans) == 2
+    torch.testing.assert_close(got[:2, _NOT_SQNR], ref[:2, _NOT_SQNR], rtol=0, atol=0)
