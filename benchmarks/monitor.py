@@ -9,9 +9,11 @@ Checks first (a 2-layer Llama of hidden 256, bf16, on the GPU):
   (``mode="reduce-overhead"``: the records write the static buffer in place, so the replays record);
 * no host sync inside a monitored forward + backward (``torch.cuda.set_sync_debug_mode("warn")``,
   warnings counted, eager);
-* the Triton reductions give the torch ops' figures (all columns but the clock), and their read
-  bandwidth on 512 MiB of bf16, without a scale, with a cast's scale and with 1x128 block scales
-  (beside the torch ops of the block case), against torch's one-read ``torch.amax(x)``.
+* the Triton reductions give the torch ops' figures (all columns but the clock; SQNR's float64
+  sums to 1e-9), and their read bandwidth on 512 MiB of bf16, without a scale, with a cast's scale,
+  with SQNR and with 1x128 block scales (beside the torch ops of the block case), against torch's
+  one-read ``torch.amax(x)``; the host microseconds of one launch with the monitor's kept plans
+  and through the JIT.
 
 Then the cost: the training step (forward with labels, backward, grads set to None; no optimizer, so
 the ratio is against the smallest step) of a Hugging Face Llama with ``--layers`` decoder layers of
@@ -23,7 +25,8 @@ step), ``sqnr_every=10``, and ``torch.autograd.detect_anomaly`` (no monitor); wi
 compiled,eager`` also eager: no monitor, every=1, detect_anomaly. Targets: every=1 <= 1.03x, SQNR
 every 10 <= 1.05x of no monitor, compiled. The compiled steps without a monitor and with every=1 are
 also profiled (device ms per step, the stats kernels' share, launches, Dynamo graphs and graph
-breaks), and the kernels the monitor adds are printed, largest first. Attaching and detaching a
+breaks, the host ms to issue a step from an idle device; ``--host-profile``: the monitored step's
+cProfile), and the kernels the monitor adds are printed, largest first. Attaching and detaching a
 monitor resets Dynamo, so every compiled variant compiles anew (and under regional compilation each
 watched layer compiles on its own: its rows are constants of its graph). Each figure: median over
 rounds of (10 steps timed with CUDA events) / 10, after 3 warm-up steps (the first step's seconds
@@ -43,8 +46,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from common import (append_results, bench_ms, env_info, guarded, kernel_profile, parse_args,  # noqa: E402
-                    print_table, result_row, write_json)
+from common import (append_results, bench_ms, env_info, guarded, host_cprofile, kernel_profile,  # noqa: E402
+                    parse_args, print_table, result_row, write_json)
 
 
 def llama(layers, hidden, inter, heads, kv, vocab, seed=0):
@@ -82,6 +85,18 @@ def make_step(model, fn, ids, mon=None, graphs=False):
         if mon is not None:
             mon.step()
     return step
+
+
+def _issue_ms(step, calls: int = 5) -> float:
+    """Host ms to issue one step with the device idle at its start (the median of ``calls``): above
+    the step's device time, the host is what the GPU waits for."""
+    per = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step()
+        per.append((time.perf_counter() - t0) * 1e3)
+    return sorted(per)[len(per) // 2]
 
 
 def timed_ms(step, rounds, steps=10, warmup=3) -> float:
@@ -150,6 +165,18 @@ def _planted(mode: str, out_dir: str) -> dict:
             "first_nonfinite": str(mon.first_nonfinite), "host_syncs": syncs}
 
 
+def _host_us(fn, calls: int = 2000) -> float:
+    """Host microseconds a call of ``fn`` (a launch on a tiny tensor: the device keeps up)."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
 def _kernel_check() -> dict:
     from lowbit.dtypes.formats import get_format
     from lowbit.monitor.stats import COL, block_scale, reduce_into, reset_template
@@ -159,26 +186,34 @@ def _kernel_check() -> dict:
     x[5, 7], x[9, 1] = float("nan"), float("inf")
     scale = torch.tensor(0.05, device="cuda")
     f = get_format("e4m3")
-    a, b = reset_template(1, "cuda"), reset_template(1, "cuda")
-    reduce_into(a, 0, x, scale, f, kernel=False)
-    launch(b, 0, x, scale, f)
-    cols = [c for n, c in COL.items() if n != "seq"]
-    same = bool(torch.equal(a[0, cols], b[0, cols]))
+    cols = [c for n, c in COL.items() if n not in ("seq", "signal", "noise")]
+    sums = [COL["signal"], COL["noise"]]
     sb, blk, fb = block_scale(x, Blockwise(), "input", None, False)  # 1x128 scales
-    a, b = reset_template(1, "cuda"), reset_template(1, "cuda")
-    reduce_into(a, 0, x, sb, fb, kernel=False, block=blk)
-    launch_blocks(b, 0, x, sb, blk, fb)
-    same &= bool(torch.equal(a[0, cols], b[0, cols]))
+    same, sqnr_rel = True, 0.0
+    for sq in (False, True):
+        a, b = reset_template(2, "cuda"), reset_template(2, "cuda")
+        reduce_into(a, 0, x, scale, f, sqnr=sq, kernel=False)
+        launch(b, 0, x, scale, f, sqnr=sq)
+        reduce_into(a, 1, x, sb, fb, sqnr=sq, kernel=False, block=blk)
+        launch_blocks(b, 1, x, sb, blk, fb, sqnr=sq)
+        same &= bool(torch.equal(a[:2, cols], b[:2, cols]))
+        if sq:
+            sqnr_rel = float(((b[:2, sums] - a[:2, sums]).abs() / a[:2, sums]).max())
     big = torch.randn(256 * 2 ** 20, device="cuda", dtype=torch.bfloat16)  # 512 MiB
     big2d = big.view(-1, 4096)
     sbig, _, _ = block_scale(big2d, Blockwise(), "input", None, False)
-    buf = reset_template(1, "cuda")
+    buf, plans = reset_template(1, "cuda"), {}
     gb = big.numel() * 2 / 1e6
-    return {"variant": "check triton reduction", "ok": same, "amax_GB/s": gb / bench_ms(lambda: torch.amax(big)),
-            "kernel_GB/s": gb / bench_ms(lambda: launch(buf, 0, big, None, None)),
-            "scaled_GB/s": gb / bench_ms(lambda: launch(buf, 0, big, scale, f)),
-            "block_GB/s": gb / bench_ms(lambda: launch_blocks(buf, 0, big2d, sbig, blk, fb)),
-            "torch_block_GB/s": gb / bench_ms(lambda: reduce_into(buf, 0, big2d, sbig, fb, kernel=False, block=blk))}
+    tiny = torch.randn(2048, device="cuda", dtype=torch.bfloat16)
+    return {"variant": "check triton reduction", "ok": same and sqnr_rel < 1e-9, "sqnr_rel": sqnr_rel,
+            "amax_GB/s": gb / bench_ms(lambda: torch.amax(big)),
+            "kernel_GB/s": gb / bench_ms(lambda: launch(buf, 0, big, None, None, plans=plans)),
+            "scaled_GB/s": gb / bench_ms(lambda: launch(buf, 0, big, scale, f, plans=plans)),
+            "sqnr_GB/s": gb / bench_ms(lambda: launch(buf, 0, big, scale, f, sqnr=True, plans=plans)),
+            "block_GB/s": gb / bench_ms(lambda: launch_blocks(buf, 0, big2d, sbig, blk, fb, plans=plans)),
+            "torch_block_GB/s": gb / bench_ms(lambda: reduce_into(buf, 0, big2d, sbig, fb, kernel=False, block=blk)),
+            "host_us": _host_us(lambda: launch(buf, 0, tiny, scale, f, plans=plans)),
+            "host_jit_us": _host_us(lambda: launch(buf, 0, tiny, scale, f))}
 
 
 # ---- cost ------------------------------------------------------------------------------------
@@ -189,6 +224,7 @@ def main():
         p.add_argument("--compile", choices=("whole", "regional"), default=None)
         p.add_argument("--rounds", type=int, default=None)
         p.add_argument("--dtypes", default="bf16,fp8")
+        p.add_argument("--host-profile", action="store_true", help="print cProfile of the monitored compiled step")
     args = parse_args(__doc__, extra)
     if not torch.cuda.is_available():
         print("monitor.py needs a CUDA GPU")
@@ -219,11 +255,15 @@ def main():
             csv.append(result_row(env, "monitor check", "2-layer Llama h256", "eager fwd+bwd", "host syncs",
                                   float(c["host_syncs"])))
         for key, what in (("kernel_GB/s", "triton stats (1 pass)"), ("scaled_GB/s", "triton stats with a scale (1 pass)"),
+                          ("sqnr_GB/s", "triton stats with a scale and SQNR (1 pass)"),
                           ("block_GB/s", "triton stats with 1x128 scales (1 pass)"),
                           ("torch_block_GB/s", "torch ops with 1x128 scales (the fallback)")):
             if key in c:
                 csv.append(result_row(env, "monitor stats kernel", "512 MiB bf16", what, "GB/s", c[key],
                                       "torch.amax(x)", c[key] / c["amax_GB/s"]))
+        if "host_us" in c:
+            csv.append(result_row(env, "monitor stats kernel", "2048 bf16, scaled", "host time a launch, kept plans",
+                                  "us", c["host_us"], "the JIT's launch", c["host_jit_us"] / c["host_us"]))
 
     shape = f"{args.layers}L h4096 i14336 32/8 heads v128256, 2x4096 tokens, {compile_mode} compile"
     ids = torch.randint(0, 128256, (2, 4096), device="cuda")
@@ -283,6 +323,9 @@ def main():
                         profiles[variant] = prof["kernels"]
                     row["graphs"] = counters["stats"]["unique_graphs"]
                     row["graph_breaks"] = sum(counters["graph_break"].values())
+                    row["host_ms"] = _issue_ms(step)
+                    if variant != "none" and args.host_profile:
+                        print(host_cprofile(step, calls=3, top=25), flush=True)
                 if variant == "none":
                     base[mode] = ms
                 row["ratio"] = ms / base[mode] if mode in base else None
@@ -292,7 +335,8 @@ def main():
                 rows.append(row)
                 csv.append(result_row(env, "llama train step + lowbit.monitor", shape, row["variant"], "ms", ms,
                                       f"{dt} {mode}, no monitor", row["ratio"]))
-                for key, metric in (("device_ms", "device ms (profiled)"), ("stats_ms", "stats kernels device ms")):
+                for key, metric in (("device_ms", "device ms (profiled)"), ("stats_ms", "stats kernels device ms"),
+                                    ("host_ms", "host ms to issue a step")):
                     if key in row:
                         csv.append(result_row(env, "llama train step + lowbit.monitor", shape, row["variant"], metric,
                                               row[key]))
@@ -312,9 +356,9 @@ def main():
     append_results(csv, args.out)
     write_json(args.out, "monitor", {"env": env, "checks": checks, "rows": rows, "shape": shape})
     print(env)
-    print_table(checks, ["variant", "ok", "first_nonfinite", "host_syncs", "kernel_GB/s",
-                         "scaled_GB/s", "block_GB/s", "torch_block_GB/s", "amax_GB/s", "error"])
-    print_table(rows, ["variant", "ms", "ratio", "peak_GiB", "first_step_s", "events", "device_ms", "stats_ms",
+    print_table(checks, ["variant", "ok", "first_nonfinite", "host_syncs", "kernel_GB/s", "scaled_GB/s", "sqnr_GB/s",
+                         "block_GB/s", "torch_block_GB/s", "amax_GB/s", "sqnr_rel", "host_us", "host_jit_us", "error"])
+    print_table(rows, ["variant", "ms", "ratio", "peak_GiB", "first_step_s", "events", "device_ms", "host_ms", "stats_ms",
                        "launches", "graphs", "graph_breaks", "error"])
     print(f"total {time.time() - t_start:.0f} s")
     return 0
