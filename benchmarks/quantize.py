@@ -48,6 +48,7 @@ from benchmarks.common import bench_ms, env_info, graph_ms, guarded, kernel_prof
     write_json, append_results, result_row  # noqa: E402
 from lowbit.dtypes.formats import E2M1  # noqa: E402
 from lowbit.dtypes.fp8_tensor import FP8Tensor  # noqa: E402
+from lowbit.dtypes.philox import Philox  # noqa: E402
 from lowbit.dtypes.quantize import pack_fp4, quantize  # noqa: E402
 from lowbit.kernels import api as cast  # noqa: E402
 from lowbit.kernels.triton import TRITON_BACKEND, make_backend  # noqa: E402
@@ -138,6 +139,7 @@ def variants():
         ("mxfp4 1x32", "fp4", MX(elem="e2m1"), "input", False),
         ("nvfp4 1x16", "fp4", NV(), "input", False),
         ("nvfp4 grad SR+RHT", "fp4", NV(), "grad", False),
+        ("nvfp4 grad SR+RHT philox", "fp4", NV(), "grad", False),  # the Linear layers' draws, in the kernel
     ]
 
 
@@ -154,7 +156,8 @@ def nbytes(name, kind, recipe, role, transposed, shape):
         n_scales *= d
     if kind == "fp4":
         ideal = 2 * n + n // 2 + n_scales
-        return ideal, ideal + (2 * n if isinstance(recipe, NV) else 0) + (8 * n if "SR" in name else 0)
+        uniforms = "SR" in name and "philox" not in name  # a tensor of fp32 uniforms written, then read
+        return ideal, ideal + (2 * n if isinstance(recipe, NV) else 0) + (8 * n if uniforms else 0)
     copies = 2 if transposed else 1
     ideal = 2 * n + copies * (n + n_scales * (1 if isinstance(recipe, MX) else 4))
     two_pass = isinstance(recipe, Current) or (isinstance(recipe, Rowwise) and transposed)
@@ -177,6 +180,10 @@ def make_calls(name, kind, recipe, role, transposed, x, be=TRITON_BACKEND):
         return (lambda: be.quantize_fp8(x, recipe, role, st_f),
                 lambda: FP8Tensor.from_float(x, recipe, role, state=st_r), states, ())
     signs = random_signs(7, dev) if "RHT" in name else None
+    if "philox" in name:  # counter-based: the same key on both sides, no generator consumed
+        key = torch.tensor([1, 2 ** 32 + 5], device=dev)
+        return (lambda: be.quantize_fp4(x, recipe, role, Philox(key, 1), signs),
+                lambda: cast.quantize_fp4(x, recipe, role, Philox(key, 1), signs, backend="torch"), None, ())
     g_f, g_r = torch.Generator(device=dev).manual_seed(1), torch.Generator(device=dev).manual_seed(1)
     return (lambda: be.quantize_fp4(x, recipe, role, g_f, signs),
             lambda: cast.quantize_fp4(x, recipe, role, g_r, signs, backend="torch"), None,
@@ -340,6 +347,7 @@ def main():
                        "would start past it are skipped (and listed)"),
         p.add_argument("--graph", action="store_true", help="no effect: CUDA-graph replays are always timed now"),
         p.add_argument("--shape", action="append", help="RxC (repeatable) instead of the default shapes"),
+        p.add_argument("--variants", default=None, help="comma-separated name prefixes of the variants to run"),
         p.add_argument("--device", default="cuda", help="cpu: a smoke run of this script under TRITON_INTERPRET=1 "
                        "with a tiny --shape (wall-clock timing, no torch.compile)")))
     t_start = time.time()
@@ -369,9 +377,11 @@ def main():
         SHAPES[:1] if args.quick else SHAPES
     small = specials((1024, 4096) if gpu else (64, 256), dev)
     every = patterns(dev)
+    prefixes = [p for p in (args.variants or "").split(",") if p]
+    chosen = [v for v in variants() if not prefixes or any(v[0].startswith(p) for p in prefixes)]
     for si, shape in enumerate(shapes):
         x = torch.randn(shape, device=dev, dtype=torch.bfloat16)
-        for v in variants():
+        for v in chosen:
             name = v[0]
             ideal, moved = nbytes(*v, shape)
             err = guarded(rows, f"{name} check", lambda: check(*v, x) + (check(*v, small) if si == 0 else "")
@@ -398,7 +408,7 @@ def main():
     # 2. torch.compile'd references (first shape), while the time budget lasts
     if gpu and not args.no_compile:
         x = torch.randn(shapes[0], device=dev, dtype=torch.bfloat16)
-        for v in [v for v in variants() if v[0] in COMPILED]:
+        for v in [v for v in chosen if v[0] in COMPILED]:
             if time.time() - t_start > min(TIME_BUDGET_S, args.budget):
                 print(f"time budget spent: no compiled reference for {v[0]} and later", flush=True)
                 break

@@ -1,13 +1,15 @@
 """Stochastic rounding: only the two neighbours, unbiased (a z-test with a computed tolerance), reproducible.
 
 With ``y = fp32(x / s)`` between grid neighbours ``lo <= |y| <= hi`` and ``f = (|y| - lo) / (hi - lo)``, each
-draw is ``hi`` with probability f (up to the 2^-24 granularity of torch.rand's float32 ``u``). Over
+draw is ``hi`` with probability f (up to the 2^-24 granularity of ``u``: torch.rand's float32, or the
+counter-based ``Philox`` draw's 24 bits; every statistical test runs with both). Over
 ``N`` draws the mean of the indicator has standard deviation ``sigma = sqrt(f (1 - f) / N)``. The tests
 accept ``|mean - f| <= K * sigma + 2^-24`` with ``K = 5``: a two-sided normal tail of 5.7e-7 per check,
 so with the ~100 checks below a correct implementation fails with probability < 6e-5 for a random seed
 (the seeds here are fixed, so the outcome is deterministic). Each check also asserts that its tolerance
 is below a quarter of ``min(f, 1 - f)``, so round-to-nearest or truncation could not pass it.
 """
+import itertools
 import math
 
 import numpy as np
@@ -15,6 +17,7 @@ import pytest
 import torch
 
 from lowbit.dtypes.formats import E2M1, E4M3, E5M2
+from lowbit.dtypes.philox import Philox
 from lowbit.dtypes.quantize import quantize
 from lowbit.validate.oracle import quantize_exact, round_to_format
 
@@ -30,6 +33,18 @@ def sr(x: torch.Tensor, fmt, scale=1.0, generator=None, saturate=True) -> np.nda
     return fmt.decode(codes).double().numpy()
 
 
+def source(kind: str, seed: int):
+    """Successive draws: one ``torch.Generator`` that advances, or ``Philox`` keys (seed, 0), (seed, 1), ..."""
+    if kind == "torch":
+        g = torch.Generator().manual_seed(seed)
+        return lambda: g
+    steps = itertools.count()
+    return lambda: Philox(torch.tensor([seed, next(steps)]))
+
+
+DRAWS = ("torch", "philox")
+
+
 def spread(fmt, rng, n) -> np.ndarray:
     """fp32 values log-uniform over fmt's range (subnormals to max), both signs."""
     mag = np.exp2(rng.uniform(math.log2(fmt.min_subnormal) - 1, math.log2(fmt.max), n))
@@ -38,14 +53,15 @@ def spread(fmt, rng, n) -> np.ndarray:
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
 @pytest.mark.parametrize("scale", [1.0, 2.0 ** -5, 0.37])
-def test_only_ever_one_of_the_two_neighbours(fmt, scale):
+@pytest.mark.parametrize("draws", DRAWS)
+def test_only_ever_one_of_the_two_neighbours(fmt, scale, draws):
     rng = np.random.default_rng(1)
     y = spread(fmt, rng, 5000)
     x = np.repeat((y * scale).astype(np.float32), 8)  # 8 draws of each value
     xs = x.astype(np.float64).tolist()
     down = np.array([quantize_exact(v, scale, fmt, "down") for v in xs[::8]]).repeat(8)
     up = np.array([quantize_exact(v, scale, fmt, "up") for v in xs[::8]]).repeat(8)
-    got = sr(torch.from_numpy(x), fmt, scale, torch.Generator().manual_seed(2))
+    got = sr(torch.from_numpy(x), fmt, scale, source(draws, 2)())
     assert np.all((got == down) | (got == up))
     between = down != up
     assert np.any(between & (got == down)) and np.any(between & (got == up))  # both are used
@@ -78,21 +94,23 @@ def neighbour_pairs(fmt):
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
-def test_unbiased_between_neighbours(fmt):
+@pytest.mark.parametrize("draws", DRAWS)
+def test_unbiased_between_neighbours(fmt, draws):
     n = 1 << 16
-    gen = torch.Generator().manual_seed(4)
+    gen = source(draws, 4)
     for lo, hi in neighbour_pairs(fmt):
         for f in (13 / 128, 0.25, 0.5, 0.75, 115 / 128):  # exact in binary, so y is exactly lo + f (hi - lo)
             for sign in (1.0, -1.0):
                 y = sign * (lo + f * (hi - lo))
                 assert float(np.float32(y)) == y
-                got = sr(torch.full((n,), y, dtype=torch.float32), fmt, 1.0, gen)
+                got = sr(torch.full((n,), y, dtype=torch.float32), fmt, 1.0, gen())
                 assert np.all((got == sign * lo) | (got == sign * hi))
                 z_check(got == sign * hi, f, f"{fmt.name} y={y}")
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
-def test_unbiased_on_average_over_random_values(fmt):
+@pytest.mark.parametrize("draws", DRAWS)
+def test_unbiased_on_average_over_random_values(fmt, draws):
     """One draw each of many different y: sum(q - y) / ulp has mean 0 and variance sum f_i (1 - f_i)."""
     rng = np.random.default_rng(5)
     y = spread(fmt, rng, 40_000)
@@ -102,7 +120,7 @@ def test_unbiased_on_average_over_random_values(fmt):
     step = np.abs(away - down)
     keep = step > 0
     f = np.abs(y - down)[keep] / step[keep]
-    got = sr(torch.from_numpy(y.astype(np.float32)), fmt, 1.0, torch.Generator().manual_seed(6))
+    got = sr(torch.from_numpy(y.astype(np.float32)), fmt, 1.0, source(draws, 6)())
     up_count = float((got[keep] == away[keep]).sum())
     sigma = math.sqrt(float((f * (1 - f)).sum()))
     tol = K * sigma + U_GRANULARITY * f.size

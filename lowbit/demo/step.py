@@ -5,8 +5,8 @@ The graph holds the whole step; every replay runs the same kernels as the eager 
 static buffers (batch, parameters, gradients, optimizer and delayed-scaling state), so the math is
 the eager math without the per-kernel launch cost (the 50M demo is launch-bound in eager mode).
 AdamW runs with ``capturable=True`` and a tensor learning rate, on every CUDA run, graphed or not,
-so all formats share one optimizer. A step that cannot be captured (NVFP4's stochastic rounding
-seeds its generator from a host-side step counter) stays eager, and the reason is reported.
+so all formats share one optimizer. A step that cannot be captured stays eager, and the reason is
+reported.
 """
 from __future__ import annotations
 

@@ -71,7 +71,8 @@ class FP4Tensor(LowbitTensor):
         """Quantize ``x`` by an MX(elem="e2m1") or NV recipe along its last dim.
 
         Stochastic rounding is used for NV gradients when ``recipe.sr_grads`` (or when
-        ``stochastic=True``), with ``generator`` for reproducibility. The tensor knows no recipe:
+        ``stochastic=True``), with ``generator`` for reproducibility (a ``torch.Generator``, or a
+        ``lowbit.dtypes.Philox`` for counter-based draws keyed on the device). The tensor knows no recipe:
         ``recipe.makes_fp4(role)`` and ``recipe.fp4_parts(x, role, generator, stochastic)`` (packed
         codes, stored block scales, tensor scale, block, kind) come from the recipe object.
         """

@@ -7,8 +7,9 @@
   ``±max``, as PTX ``cvt.satfinite``); NaN stays NaN;
 * with ``e = max(floor(log2|y|), emin)`` the grid step is ``ulp = 2^(e - mbits)``;
   ``rne``: ``round_half_even(|y| / ulp) * ulp`` (``|y| / ulp`` is exact: a power-of-two scaling);
-  ``stochastic``: ``floor(|y| / ulp) + [u < frac]`` with ``u ~ U[0, 1)`` from ``generator``, so the
-  result is one of the two neighbours and ``E[q] = y`` (up to the 2^-24 granularity of ``u``);
+  ``stochastic``: ``floor(|y| / ulp) + [u < frac]`` with ``u ~ U[0, 1)`` from ``generator`` (a
+  ``torch.Generator``'s ``torch.rand``, or a ``Philox``'s counter-based draw), so the result is one
+  of the two neighbours and ``E[q] = y`` (up to the 2^-24 granularity of ``u``);
 * without ``saturate``, a result above ``max`` is inf (E5M2) or NaN (E4M3); E2M1 must saturate.
 
 Result: a float8 tensor for E4M3/E5M2, unpacked uint8 codes for E2M1 (``pack_fp4`` packs them).
@@ -18,11 +19,12 @@ float64 when asked for float64).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 
 from .formats import E2M1, Format, get_format
+from .philox import Philox
 
 __all__ = ["quantize", "dequantize", "round_to_grid", "pack_fp4", "unpack_fp4", "check_float_input"]
 
@@ -43,7 +45,7 @@ def _pow2(n: torch.Tensor) -> torch.Tensor:
 
 
 def round_to_grid(y: torch.Tensor, fmt: Format, rounding: str = "rne", saturate: bool = True,
-                  generator: Optional[torch.Generator] = None) -> torch.Tensor:
+                  generator: Optional[Union[torch.Generator, Philox]] = None) -> torch.Tensor:
     """float32 ``y`` -> float32 values on ``fmt``'s grid (module docstring)."""
     a = y.abs()
     if saturate:
@@ -57,8 +59,11 @@ def round_to_grid(y: torch.Tensor, fmt: Format, rounding: str = "rne", saturate:
         lo = torch.floor(k)
         # (no generator= without a generator: rand's generator overload takes no symbolic sizes, which
         # a fake-tensor trace with dynamic token counts passes; the default generator draws the same)
-        kw = {} if generator is None else {"generator": generator}
-        u = torch.rand(k.shape, device=k.device, dtype=torch.float32, **kw)
+        if isinstance(generator, Philox):  # counter-based: a function of (seed, stream, step, index)
+            u = generator.uniform(k.shape, k.device)
+        else:
+            kw = {} if generator is None else {"generator": generator}
+            u = torch.rand(k.shape, device=k.device, dtype=torch.float32, **kw)
         k = lo + (u < (k - lo)).to(k.dtype)
     else:
         raise ValueError(f"rounding must be 'rne' or 'stochastic', got {rounding!r}")
@@ -70,7 +75,7 @@ def round_to_grid(y: torch.Tensor, fmt: Format, rounding: str = "rne", saturate:
 
 
 def quantize(x: torch.Tensor, fmt, scale, rounding: str = "rne", saturate: bool = True,
-             generator: Optional[torch.Generator] = None) -> torch.Tensor:
+             generator: Optional[Union[torch.Generator, Philox]] = None) -> torch.Tensor:
     """``cast_fmt(fp32(x) / fp32(scale))``; ``scale`` broadcasts against ``x`` (module docstring)."""
     check_float_input(x)
     fmt = get_format(fmt)

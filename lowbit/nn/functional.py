@@ -108,22 +108,22 @@ class _FP8LinearEager(torch.autograd.Function):
 
 class _FP4Linear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w, bias, recipe, backend, seed, signs, step):
+    def forward(ctx, x, w, bias, recipe, backend, signs, sr):
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         y, *xt = _call("fp4_linear_fwd", x, w, bias, signs, recipe, backend, need_dw)
         ctx.save_for_backward(*xt, w if need_dx else None)  # the weight itself: its w^T is cast in the backward
-        ctx.signs, ctx.step = signs, step  # step is advanced in place by the backward op
-        ctx.meta = (recipe, backend, seed, x.dtype, w.dtype, need_dx, need_dw, _bias_grad_dtype(ctx, bias))
+        ctx.signs, ctx.sr = signs, sr  # the key's step is advanced in place by the backward op
+        ctx.meta = (recipe, backend, x.dtype, w.dtype, need_dx, need_dw, _bias_grad_dtype(ctx, bias))
         return y
 
     @staticmethod
     def backward(ctx, g):
-        recipe, backend, seed, x_dtype, w_dtype, need_dx, need_dw, db_dtype = ctx.meta
+        recipe, backend, x_dtype, w_dtype, need_dx, need_dw, db_dtype = ctx.meta
         xq, xs, xg, w = ctx.saved_tensors
         w = g.new_empty((0,), dtype=w_dtype) if w is None else w
-        dx, dw = _call("fp4_linear_bwd", g, xq, xs, xg, w, ctx.signs, ctx.step, seed, recipe, backend,
+        dx, dw = _call("fp4_linear_bwd", g, xq, xs, xg, w, ctx.signs, ctx.sr, recipe, backend,
                        x_dtype, w_dtype, need_dx, need_dw)
-        return dx if need_dx else None, dw if need_dw else None, _db(g, db_dtype), None, None, None, None, None
+        return dx if need_dx else None, dw if need_dw else None, _db(g, db_dtype), None, None, None, None
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], state, backend: str = "auto"):
@@ -138,7 +138,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
     backend = effective_backend(backend, x.device.type)
     if state.kind == "fp4":
         recipe = state.recipe_key if torch.compiler.is_compiling() else state.recipe  # eager: nothing to decode
-        y = _FP4Linear.apply(x2, weight, bias, recipe, backend, state.seed, state.signs(), state.sr_step)
+        y = _FP4Linear.apply(x2, weight, bias, recipe, backend, state.signs(), state.sr_key)
     else:
         cold = state.cold_start()
         # the grad is primed by the backward of this step, which runs only if autograd records it;

@@ -33,9 +33,10 @@ the backward: the weight's cast is deterministic, so the same codes); for the wg
 the token dim is zero-padded to a multiple of the block (16 for NV, 32 for MX): zero rows change
 neither the product nor any scale, and they let NV apply its 16x16 random Hadamard transform to
 both wgrad operands along the tokens (``recipe.hadamard_wgrad``) whatever the token count.
-NV gradients use stochastic rounding (``recipe.sr_grads``) from a generator seeded with
-``(seed, step)``: ``step`` is a CPU int64 counter the backward op advances, so runs replay bit for
-bit and a checkpoint carries it.
+NV gradients use stochastic rounding (``recipe.sr_grads``) with counter-based draws
+(``lowbit.dtypes.Philox``) keyed by the layer's ``(seed, step)``, an int64 device tensor: stream 0
+for dgrad's gradient operand, 1 for wgrad's; the backward op advances the step on the device, so
+runs replay bit for bit, a checkpoint carries it, and a CUDA graph captures it.
 
 The ops return plain tensors (payload and scales); ``functional.py`` holds them for backward.
 The fake implementations run the same code on fake tensors with the "torch" backend.
@@ -58,13 +59,14 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from ..dtypes.fp4_tensor import FP4Tensor
 from ..dtypes.fp8_tensor import FP8Tensor
+from ..dtypes.philox import Philox
 from ..kernels.api import quantize_fp4, quantize_fp8, quantize_fp8_t, scaled_mm
 from ..scaling.delayed import DelayedScalingState
 from ..scaling.recipes import NV, Delayed, Recipe
 from .spec import decode
 
 __all__ = ["fp8_linear_fwd", "fp8_linear_bwd", "fp4_linear_fwd", "fp4_linear_bwd", "fp8_forward", "fp8_backward",
-           "sr_generator", "EAGER"]
+           "sr_draws", "EAGER"]
 
 T = torch.Tensor
 
@@ -238,9 +240,10 @@ def _signs(recipe, signs: Optional[T]) -> Optional[T]:
     return signs if isinstance(recipe, NV) and recipe.hadamard_wgrad and signs is not None else None
 
 
-def sr_generator(device: torch.device, seed: int, step: int) -> torch.Generator:
-    """The generator of stochastic rounding for one backward step of one layer."""
-    return torch.Generator(device=device).manual_seed((seed * 1_000_003 + step) % (2 ** 63))
+def sr_draws(key: T) -> Tuple[Philox, Philox]:
+    """The stochastic roundings of one backward step of one layer: dgrad's and wgrad's gradient
+    operands, keyed by the layer's ``(seed, step)``."""
+    return Philox(key, 0), Philox(key, 1)
 
 
 def _recipe(r) -> Recipe:
@@ -283,35 +286,33 @@ def _fp4_operand(q, s, g, recipe, role, dtype) -> FP4Tensor:
     return FP4Tensor(q, s, g, recipe.granularity(role), kind, False, dtype)
 
 
-def _fp4_bwd(g, xq, xs, xg, w, signs, step, seed, recipe_s, backend, x_dtype, w_dtype, need_dx, need_dw):
+def _fp4_bwd(g, xq, xs, xg, w, signs, sr, recipe_s, backend, x_dtype, w_dtype, need_dx, need_dw):
     recipe = _recipe(recipe_s)
-    fake, backend = _fake_mode(g), _backend(backend, g)
-    gen = None
-    if step is not None:  # stochastic rounding (NV's sr_grads): the counter of LinearState.sr_step
-        if not fake:
-            gen = sr_generator(g.device, seed, int(step.item()))
-        step.add_(1)
+    backend = _backend(backend, g)
+    gen_dx, gen_dw = sr_draws(sr) if sr is not None else (None, None)  # NV's sr_grads: LinearState.sr_key
     dx = dw = _empty(g)
     if need_dx:
-        qg = quantize_fp4(g, recipe, "grad", generator=gen, backend=backend)
+        qg = quantize_fp4(g, recipe, "grad", generator=gen_dx, backend=backend)
         qw_t = quantize_fp4(w.t().contiguous(), recipe, "weight", backend=backend)  # dgrad's B: w^T along N
         dx = scaled_mm(qg, qw_t.t(), x_dtype, None, backend)
         del qg, qw_t  # (before the wgrad's cast and output)
     if need_dw:
-        qg_t = quantize_fp4(_pad_rows(g, recipe.block).t().contiguous(), recipe, "grad", generator=gen,
+        qg_t = quantize_fp4(_pad_rows(g, recipe.block).t().contiguous(), recipe, "grad", generator=gen_dw,
                             hadamard_signs=_signs(recipe, signs), backend=backend)
         dw = scaled_mm(qg_t, _fp4_operand(xq, xs, xg, recipe, "input", x_dtype).t(), w_dtype, None, backend)
+    if sr is not None:
+        sr[1:].add_(1)  # after both casts have read it (stream order): the next backward draws anew
     return dx, dw
 
 
-@torch.library.custom_op("lowbit::fp4_linear_bwd", mutates_args=("step",))
-def fp4_linear_bwd(g: T, xq: T, xs: T, xg: T, w: T, signs: Optional[T], step: Optional[T], seed: int, recipe: str,
+@torch.library.custom_op("lowbit::fp4_linear_bwd", mutates_args=("sr",))
+def fp4_linear_bwd(g: T, xq: T, xs: T, xg: T, w: T, signs: Optional[T], sr: Optional[T], recipe: str,
                    backend: str, x_dtype: torch.dtype, w_dtype: torch.dtype, need_dx: bool,
                    need_dw: bool) -> Tuple[T, T]:
     """(dgrad, wgrad) from the saved FP4 x^T and the weight (w^T cast here, as the forward would
-    have: the weight's cast is deterministic); advances the stochastic-rounding ``step`` (None:
-    the recipe has no stochastic rounding)."""
-    return _graph_fp4_bwd(g, xq, xs, xg, w, signs, step, seed, recipe, backend, x_dtype, w_dtype, need_dx, need_dw)
+    have: the weight's cast is deterministic); advances the stochastic-rounding key ``sr``'s step
+    (None: the recipe has no stochastic rounding)."""
+    return _graph_fp4_bwd(g, xq, xs, xg, w, signs, sr, recipe, backend, x_dtype, w_dtype, need_dx, need_dw)
 
 
 def _graph_fp4_bwd(g, xq, xs, xg, *rest):

@@ -5,11 +5,10 @@
   the Python flag ``primed`` of the cold start, derived from the history when loaded; the ops
   are told which roles to prime, ``cold_start``, and the flags are set by ``mark_primed``).
 * ``NV``: the 16 Hadamard signs (a non-persistent buffer: they follow from a fixed seed) and, with
-  stochastic rounding, the step counter of its generator (child ``sr``): a CPU int64 tensor that
-  stays on the CPU when the model moves (so reading it never syncs a GPU), saved through
+  stochastic rounding, the key of its counter-based draws (child ``sr``, ``lowbit.dtypes.Philox``):
+  a non-persistent int64 buffer ``(seed, step)`` on the layer's device that the backward reads
+  and advances there (no host sync, and a CUDA graph replays it), its step saved through
   ``get_extra_state`` as ``<layer>.lowbit_state.sr._extra_state``. ``seed`` tells the layers apart.
-  (Under ``torch.compile(mode="reduce-overhead")`` that CPU tensor is why inductor skips the CUDA
-  graph of an NV backward with SR; recipes without SR pass no counter at all.)
 * Other recipes are stateless.
 
 ``reset()`` puts every buffer back to its initial value (use it after ``to_empty()`` on a model
@@ -47,13 +46,12 @@ class LinearState(nn.Module):
         if self.has_signs:
             self.register_buffer("hadamard_signs", random_signs(HADAMARD_SEED, device), persistent=False)
         if isinstance(recipe, NV) and recipe.sr_grads:
-            self.sr = SRCounter()
+            self.sr = SRCounter(self.seed, device)
 
     @property
-    def sr_step(self) -> Optional[torch.Tensor]:
-        """The stochastic-rounding step counter; None for recipes without SR (so their compiled
-        graphs take no CPU tensor: a CUDA graph can be captured)."""
-        return self.sr.step if hasattr(self, "sr") else None
+    def sr_key(self) -> Optional[torch.Tensor]:
+        """The stochastic-rounding key ``(seed, step)``; None for recipes without SR."""
+        return self.sr.key if hasattr(self, "sr") else None
 
     # ---- what the ops take -----------------------------------------------------------------
     def tensors(self) -> List[torch.Tensor]:
@@ -91,24 +89,36 @@ class LinearState(nn.Module):
         if self.has_signs:
             self.hadamard_signs.copy_(random_signs(HADAMARD_SEED, self.hadamard_signs.device))
         if hasattr(self, "sr"):
-            self.sr.step.zero_()
+            self.sr.reset()
 
     def extra_repr(self) -> str:
         return f"recipe={self.recipe!r}, seed={self.seed}"
 
 
 class SRCounter(nn.Module):
-    """Step counter of the stochastic-rounding generator, checkpointed as extra state."""
+    """The key ``(seed, step)`` of a layer's stochastic rounding (``lowbit.dtypes.Philox``): an int64
+    buffer on the layer's device; the step is checkpointed as extra state (the seed comes from the
+    layer)."""
 
-    def __init__(self):
+    def __init__(self, seed: int = 0, device=None):
         super().__init__()
-        self.step = torch.zeros((), dtype=torch.int64)  # CPU on purpose (not a buffer)
+        self.seed = int(seed)
+        self.register_buffer("key", torch.tensor([self.seed, 0], dtype=torch.int64, device=device), persistent=False)
+
+    @property
+    def step(self) -> torch.Tensor:
+        """The step counter: a view of ``key`` (in-place changes set it)."""
+        return self.key[1]
+
+    @torch.no_grad()
+    def reset(self) -> None:
+        self.key.copy_(torch.tensor([self.seed, 0], dtype=torch.int64))
 
     def get_extra_state(self):
-        return {"step": int(self.step)}
+        return {"step": 0 if self.key.is_meta else int(self.step)}  # (a meta layer has no step yet)
 
     def set_extra_state(self, state) -> None:
         self.step.fill_(int(state["step"]))
 
     def extra_repr(self) -> str:
-        return f"step={int(self.step)}"
+        return f"seed={self.seed}"

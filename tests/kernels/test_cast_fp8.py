@@ -330,6 +330,26 @@ def test_fp4_stochastic_rounding_reproducible_and_seeded():
     assert not torch.equal(a._qdata, rne._qdata)
 
 
+def test_fp4_philox_stochastic_rounding_bit_exact_and_keyed():
+    """Counter-based SR draws made in the kernel (no tensor of uniforms): the reference's codes,
+    bit for bit, for ragged, 3-D and transposed inputs, with and without the Hadamard transform;
+    another step or stream draws anew, the same key the same."""
+    from lowbit.dtypes.philox import Philox
+    key = torch.tensor([5, 2 ** 32 + 3])  # a step above 2^32: both counter words in use
+    for x, signs in ((specials((150, 400), seed=20), None), (specials((3, 4, 64), seed=21), random_signs(2)),
+                     (specials((96, 48), seed=22).t(), random_signs(3))):
+        for dtype in (torch.float32, torch.bfloat16):
+            xd = x.to(dtype)
+            ref = cast.quantize_fp4(xd, NV(), "grad", Philox(key, 1), signs, backend="torch")
+            got = TRITON_BACKEND.quantize_fp4(xd, NV(), "grad", Philox(key, 1), signs)
+            assert_fp4(got, ref, f"philox {tuple(x.shape)} {dtype} hadamard={signs is not None}")
+    x = specials((64, 128), seed=23)
+    a = TRITON_BACKEND.quantize_fp4(x, NV(), "grad", Philox(key, 0))
+    assert torch.equal(a._qdata, TRITON_BACKEND.quantize_fp4(x, NV(), "grad", Philox(key.clone(), 0))._qdata)
+    for other in (Philox(key, 1), Philox(key + torch.tensor([0, 1]), 0)):
+        assert not torch.equal(a._qdata, TRITON_BACKEND.quantize_fp4(x, NV(), "grad", other)._qdata)
+
+
 def test_fp4_layouts_edges_and_tiles():
     base = specials((96, 40), seed=11)
     for x in (base.t(), specials((3, 4, 64), seed=12), base[0].contiguous(), torch.zeros(8, 32),
@@ -406,10 +426,10 @@ _PTX_SCRIPT = textwrap.dedent("""
                          dict(IN_BF16=False, DELAYED=False, HW_CVT=1, FAST_DIV=fast, FLAT=True, BLOCK_R=4,
                               BLOCK_C=64, LEAN=False, AMAX_SLOTS=False, AMAX_BLOCK=1, AMAX_VEC=1, PREFETCH=False,
                               **E4M3)),
-            kh.scan_spec(k4._fp4_cast_kernel, {"x_ptr": "*fp32", "signs_ptr": "*fp32", "u_ptr": "*fp32",
+            kh.scan_spec(k4._fp4_cast_kernel, {"x_ptr": "*fp32", "signs_ptr": "*fp32", "u_ptr": "*i64",
                          "amax_ptr": "*fp32", "q_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32", **i32, "n_sc": "i32"},
                          dict(IN_KIND=0, HADAMARD=True, NV=True, STOCHASTIC=True, RCEIL=False, FAST_DIV=fast, BR=1,
-                              BC=16, TILE_R=2, TILE_C=64)),
+                              BC=16, TILE_R=2, TILE_C=64, PHILOX=True, STREAM=1)),
         ]
         for s in specs:
             src = ASTSource(s["kernel"], s["signature"], constexprs=s["constexprs"])

@@ -19,13 +19,14 @@ import pytest
 import torch
 
 import lowbit
+from lowbit.dtypes.philox import Philox
 from lowbit.kernels import BACKENDS
 from lowbit.kernels.triton import make_backend
 from lowbit.kernels.triton.runtime import Launch
 from lowbit.scaling.recipes import MX, NV, Blockwise, Current, Delayed, Rowwise
 
 CALL_BOUND = 320
-# NV-FP4 also seeds a stochastic-rounding generator a step, applies the Hadamard signs to the wgrad
+# NV-FP4 also makes its stochastic-rounding draws a step, applies the Hadamard signs to the wgrad
 # operands and carries its saved operands as (codes, block scales, tensor scale) triples
 FP4_CALL_BOUND = 380
 
@@ -69,7 +70,9 @@ def _profiled_step(recipe, monkeypatch):
 
 def _no_construction_decoding_or_import(names):
     assert not [n for n in names if n[1] == "__init__" and isinstance(n[2], torch.nn.Module)]
-    assert not [n for n in names if n[1] == "__init__" and n[0] == "<string>"]  # dataclass constructors
+    # dataclass constructors (recipes, blocks), but the step's two stochastic-rounding draw handles
+    # (``Philox``: a tensor and a stream, made by design per backward)
+    assert not [n for n in names if n[1] == "__init__" and n[0] == "<string>" and not isinstance(n[2], Philox)]
     assert not [n for n in names if (n[1] == "decode" and n[0].endswith("spec.py")) or "importlib" in n[0]]
 
 

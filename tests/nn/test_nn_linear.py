@@ -14,7 +14,7 @@ from lowbit.convert import FORMATS, recipe_for
 from lowbit.dtypes import FP4Tensor, FP8Tensor
 from lowbit.kernels import BACKENDS, quantize_fp4, scaled_mm
 from lowbit.nn import Linear, TransposedLinear
-from lowbit.nn.ops import sr_generator
+from lowbit.nn.ops import sr_draws
 from lowbit.scaling import MX, NV, Blockwise, Current, Delayed, Rowwise
 from lowbit.scaling.hadamard import random_signs
 
@@ -84,9 +84,9 @@ def test_nvfp4_sr_and_hadamard_match_composition_and_replay(M):
     Mp = -(-M // 16) * 16
     pad = lambda t: F.pad(t, (0, 0, 0, Mp - M))  # noqa: E731
     signs = random_signs(0)
-    gen = sr_generator(torch.device("cpu"), 7, 0)
-    qg = quantize_fp4(dy, r, "grad", generator=gen)
-    qgt = quantize_fp4(pad(dy).t().contiguous(), r, "grad", generator=gen, hadamard_signs=signs)
+    gen_dx, gen_dw = sr_draws(torch.tensor([7, 0]))  # the layer's seed, step 0: streams 0 and 1
+    qg = quantize_fp4(dy, r, "grad", generator=gen_dx)
+    qgt = quantize_fp4(pad(dy).t().contiguous(), r, "grad", generator=gen_dw, hadamard_signs=signs)
     qxt = quantize_fp4(pad(x).t().contiguous(), r, "input", hadamard_signs=signs)
     qw = quantize_fp4(w, r, "weight")
     assert torch.equal(y, scaled_mm(quantize_fp4(x, r, "input"), qw.t(), torch.float32, b))

@@ -36,6 +36,7 @@ bit with these pieces:
 * amax: max of the finite ``|x|`` (NaN and inf count 0, ``_finite_abs``); ``_block_max`` /
   ``_block_expand`` reduce a tile to its blocks and back.
 * bf16 inputs are read as int16 bits and widened with ``<< 16`` (exact on every backend, ``_load_f32``).
+* Stochastic rounding's counter-based draws: ``_philox_uniform`` (``lowbit.dtypes.philox``).
 
 * GEMM epilogue and tile order: ``_e8m0_to_fp32`` (exact E8M0 decode), ``_tile_coords`` (grouped
   tile order), ``_store_tile`` (bias, cast, masked store), used by the FP8 and FP4 GEMMs.
@@ -88,6 +89,21 @@ def _grid_round(a, u, EMIN: tl.constexpr, MBITS: tl.constexpr, STOCHASTIC: tl.co
     else:
         k = (k + 8388608.0) - 8388608.0
     return ((e - EMIN) << MBITS) + k.to(tl.int32), k * ((e - MBITS + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _philox_uniform(key_ptr, idx, STREAM: tl.constexpr):
+    """fp32 uniforms ``(r >> 8) * 2^-24`` for int64 element indices ``idx``: ``r`` the first word of
+    Philox4x32-10 at counter (idx lo, idx hi, step lo, step hi) and key (seed lo, ``STREAM``), with
+    (seed, step) the int64 pair at ``key_ptr`` (``lowbit.dtypes.philox``, the reference)."""
+    seed = tl.load(key_ptr)
+    step = tl.load(key_ptr + 1)
+    zero = tl.zeros(idx.shape, tl.uint32)
+    c2 = zero + (step & 0xFFFFFFFF).to(tl.uint32)
+    c3 = zero + (step >> 32).to(tl.uint32)
+    r, _, _, _ = tl.philox_impl((idx & 0xFFFFFFFF).to(tl.uint32), (idx >> 32).to(tl.uint32), c2, c3,
+                                (seed & 0xFFFFFFFF).to(tl.uint32), tl.full((), STREAM, tl.uint32))
+    return (r >> 8).to(tl.float32) * 5.9604644775390625e-08
 
 
 @triton.jit

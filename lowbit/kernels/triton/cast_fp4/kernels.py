@@ -15,7 +15,8 @@ transform); the math is the reference's:
   (IEEE divisions; the per-element one by jit_common's ``_div_rn``);
 * E2M1 code of ``min(|y|, 6)``: RNE, or stochastic ``floor(k) + [u < frac]`` with ``u`` the
   reference's own draw ``torch.rand(x.shape, generator=g)`` passed in as a tensor (so the kernel
-  consumes the generator exactly as the reference does); sign bit 8; packed two per byte,
+  consumes the generator exactly as the reference does), or, for a ``lowbit.dtypes.Philox``
+  generator, the counter-based draw computed in the kernel; sign bit 8; packed two per byte,
   element 2i in the low nibble.
 
 Two passes for NV (the tensor amax: ``cast_fp8.tensorwise``' flat ``_amax_kernel``, or
@@ -31,7 +32,7 @@ import triton.language as tl
 
 from ..cast_fp8.rowlocal import _walk_first, _walk_tile
 from ..jit_common import _block_expand, _block_max, _div_parts, _div_rn, _finite_abs, _grid_round, _load_f32, \
-    _mx_exponent, _pow2, scan_spec
+    _mx_exponent, _philox_uniform, _pow2, scan_spec
 from .e2m1 import _e2m1_rne, _e2m1_signed
 
 __all__ = ["SCAN_SPECS"]
@@ -97,9 +98,12 @@ def _fp4_cast_kernel(x_ptr, signs_ptr, u_ptr, amax_ptr, q_ptr, s_ptr, g_ptr, R, 
                      IN_KIND: tl.constexpr, HADAMARD: tl.constexpr, NV: tl.constexpr,
                      STOCHASTIC: tl.constexpr, RCEIL: tl.constexpr, FAST_DIV: tl.constexpr,
                      BR: tl.constexpr, BC: tl.constexpr,
-                     TILE_R: tl.constexpr, TILE_C: tl.constexpr):
+                     TILE_R: tl.constexpr, TILE_C: tl.constexpr, PHILOX: tl.constexpr = False,
+                     STREAM: tl.constexpr = 0):
     """E2M1 codes packed two per byte into ``q`` (R, C/2), block scale codes into ``s`` (``n_sc``
-    columns), NV global scale into ``g`` (from the tensor amax at ``amax_ptr``)."""
+    columns), NV global scale into ``g`` (from the tensor amax at ``amax_ptr``). Stochastic
+    rounding reads its uniforms at ``u_ptr`` (R, C), or with ``PHILOX`` draws them from the
+    (seed, step) key at ``u_ptr`` (``_philox_uniform``, stream ``STREAM``)."""
     pid_r = tl.program_id(0) // tl.cdiv(C, TILE_C)  # consecutive programs walk along a row of tiles
     pid_c = tl.program_id(0) % tl.cdiv(C, TILE_C)
     rows = pid_r * TILE_R + tl.arange(0, TILE_R)
@@ -135,7 +139,10 @@ def _fp4_cast_kernel(x_ptr, signs_ptr, u_ptr, amax_ptr, q_ptr, s_ptr, g_ptr, R, 
 
     # E2M1 elements
     if STOCHASTIC:
-        u = tl.load(u_ptr + rows[:, None].to(tl.int64) * C + cols[None, :], mask=mask, other=0.0)
+        if PHILOX:
+            u = _philox_uniform(u_ptr, rows[:, None].to(tl.int64) * C + cols[None, :], STREAM)
+        else:
+            u = tl.load(u_ptr + rows[:, None].to(tl.int64) * C + cols[None, :], mask=mask, other=0.0)
     else:
         u = y
     a = tl.where(y == y, tl.minimum(tl.abs(y), 6.0), 0.0)
@@ -246,11 +253,11 @@ _I32 = dict.fromkeys(("R", "C", "sxr", "sxc"), "i32")
 SCAN_SPECS = (
     scan_spec(_nv_amax_kernel, {**_XS, "amax_ptr": "*fp32", **_I32, "n_tiles_c": "i32", "n_tiles": "i32"},
               dict(IN_KIND=1, HADAMARD=True, TILE_R=32, TILE_C=128)),
-    scan_spec(_fp4_cast_kernel,
-              {**_XS, "u_ptr": "*fp32", "amax_ptr": "*fp32", "q_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32", **_I32,
+    scan_spec(_fp4_cast_kernel,  # (the Linear layers' stochastic rounding: Philox draws in the kernel)
+              {**_XS, "u_ptr": "*i64", "amax_ptr": "*fp32", "q_ptr": "*u8", "s_ptr": "*u8", "g_ptr": "*fp32", **_I32,
                "n_sc": "i32"},
               dict(IN_KIND=1, HADAMARD=True, NV=True, STOCHASTIC=True, RCEIL=False, FAST_DIV=True, BR=1, BC=16,
-                   TILE_R=32, TILE_C=128)),
+                   TILE_R=32, TILE_C=128, PHILOX=True, STREAM=1)),
     scan_spec(_mx_fp4_rowblock_kernel,
               {"x_ptr": "*i16", "q_ptr": "*u8", "s_ptr": "*u8",
                **dict.fromkeys(("R", "C", "sxr", "sxc", "n_sc", "n_groups", "n_tiles"), "i32")},

@@ -6,7 +6,9 @@ optional Hadamard transform: same codes, block scales and tensor scale), or None
 FP8 casts' declines, plus recipes other than MX(elem="e2m1") and NV, odd last dims, blocks that
 are not powers of two, and Hadamard signs that are not 16 fp32 values). MX: one cast; NV: the
 tensor amax, then the cast; stochastic rounding (NV gradients) uses the reference's own
-``torch.rand(x.shape, generator=generator)`` draw, passed to the kernel.
+``torch.rand(x.shape, generator=generator)`` draw, passed to the kernel, or, when ``generator`` is
+a ``lowbit.dtypes.Philox``, the same counter-based draw made in the kernel (no tensor of uniforms,
+nothing read on the host: what a CUDA graph can replay).
 
 Which kernel: 1xBC blocks without the Hadamard transform (and for NV without stochastic rounding)
 take the row-local walk, on bf16 pairs where x is contiguous bf16 with whole blocks a row
@@ -22,6 +24,7 @@ import torch
 
 from ....dtypes.formats import E2M1
 from ....dtypes.fp4_tensor import FP4Tensor
+from ....dtypes.philox import Philox
 from ....scaling.recipes import MX, NV, ROLES
 from ..cast_common import DECLINE, DTYPES, IN_KIND, PlanCache, arg, pow2_block, rowlocal_grid, rows, target
 from ..cast_fp8 import tensorwise as _kt
@@ -51,16 +54,17 @@ class FP4Casts:
             return None
         if x.device.type == "cpu" and target(x) is None:
             return None
+        stream = generator.stream if isinstance(generator, Philox) else None  # a counter-based draw, in the kernel
         key = (recipe, role, x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16 == 0, x.storage_offset() % 2,
-               signs is not None)
-        plan = self._plans.get(key, x, recipe, role, signs is not None)
+               signs is not None, stream)
+        plan = self._plans.get(key, x, recipe, role, signs is not None, stream)
         if plan is None:
             return None
         if signs is not None:
             signs = signs.to(x.device).reshape(16).contiguous()
         return plan(x, generator, signs)
 
-    def _make(self, x, recipe, role, hadamard: bool):
+    def _make(self, x, recipe, role, hadamard: bool, stream: Optional[int]):
         tgt = target(x)
         if tgt is None or x.dim() < 1 or x.numel() == 0 or role not in ROLES or x.shape[-1] % 2:
             return DECLINE
@@ -130,9 +134,10 @@ class FP4Casts:
                 cast = lambda x2, q, scale, g, u, amax, signs: k(arg(x2), amax, q, scale, g, R, C,  # noqa: E731
                                                                  *strides, n_sc, n_groups, g_tiles)
         else:
+            philox = stochastic and stream is not None
             k = Launch(_k4._fp4_cast_kernel, (cdiv(R, tr) * cdiv(C, tc),), NV=nv, STOCHASTIC=stochastic,
                        RCEIL=(not nv) and recipe.scale_rule == "rceil", FAST_DIV=t.fast_div, BR=block.rows,
-                       BC=block.cols, **common)
+                       BC=block.cols, PHILOX=philox, STREAM=stream if philox else 0, **common)
             cast = lambda x2, q, scale, g, u, amax, signs: k(arg(x2), signs, u, amax, q, scale, g, R, C,  # noqa: E731
                                                              *strides, n_sc)
         s_rows = cdiv(R, block.rows)
@@ -149,7 +154,12 @@ class FP4Casts:
             signs_arg = amax if signs is None else signs
             if amax_run is not None:
                 amax_run(arg(x2), signs_arg, amax)
-            u = torch.rand(x.shape, generator=generator, device=dev, dtype=torch.float32) if stochastic else amax
+            if not stochastic:
+                u = amax  # (unused)
+            elif stream is not None:  # the kernel draws from the (seed, step) key
+                u = generator.key.to(dev).reshape(2).contiguous()
+            else:
+                u = torch.rand(x.shape, generator=generator, device=dev, dtype=torch.float32)
             q = torch.empty((R, C // 2), dtype=torch.uint8, device=dev)
             scale = torch.empty((s_rows, n_sc), dtype=torch.uint8, device=dev)
             g = (torch.empty if nv else torch.ones)((), dtype=torch.float32, device=dev)
