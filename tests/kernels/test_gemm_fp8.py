@@ -121,6 +121,25 @@ def test_fp8_gemm_within_fp32_bound(name, variant):
 
 
 @pytest.mark.parametrize("variant", ["pointer", "tma"])
+@pytest.mark.parametrize("name", ["tensor", "mx-fp8"])
+def test_plans_keep_no_operand_alive(name, variant):
+    """A GEMM's cached plan (its TMA descriptors) lets go of the call's operands: once the caller
+    drops them their memory is freed (a held operand is memory a training step never frees, and
+    inside a CUDA graph's pool an allocation the graph does not track)."""
+    import gc
+
+    from torch.multiprocessing.reductions import StorageWeakRef
+    recipe, role, K, _ = FP8_CASES[name]
+    for seed in (0, 1):  # the second call finds the plan the first made
+        a, b = fp8_operands(recipe, 40, 48, K, seed=seed, a_role=role)
+        refs = [StorageWeakRef(t.untyped_storage()) for t in (a._data, b._data, a._scale, b._scale)]
+        out = fp8_scaled_mm(a, b, torch.float32, kernel=variant)
+        del a, b
+        gc.collect()
+        assert [r.expired() for r in refs] == [True] * 4 and out.shape == (40, 48)
+
+
+@pytest.mark.parametrize("variant", ["pointer", "tma"])
 def test_blockwise_scales_applied_per_chunk(variant):
     """K blocks whose scales differ by 2^40 (three chunks): a kernel scaling once, or with a
     neighbour chunk's scales, is off by far more than the bound; ours stays inside it."""

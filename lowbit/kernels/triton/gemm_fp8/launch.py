@@ -90,6 +90,15 @@ def triton_kernel(device, qa, qb, kernel: str = "auto") -> str:
     return "tma" if device.type == "cuda" and capability(device)[0] >= 9 and _tma_ok(qa, qb) else "pointer"
 
 
+def _release(*descs) -> None:
+    """Drop a plan's TMA descriptors' hold on the operands of the call just launched (the launch has
+    read their addresses). A plan outlives its calls: a descriptor still holding an operand would
+    keep it allocated until the next call (memory a step never frees), and inside a CUDA graph's
+    pool it is an allocation the graph does not track (cudagraph trees refuse to record)."""
+    for d in descs:
+        d.base = None
+
+
 def _set_blocks(nargs):
     """TMA descriptors carry the tile shape: set it from the configuration being launched."""
     nargs["a_desc"].block_shape = [nargs["BLOCK_M"], nargs["BLOCK_K"]]
@@ -231,6 +240,7 @@ class FP8Gemm:
             bias_t = bias.contiguous() if bias is not None else out
             launch(a_desc, b_desc, sa_desc, sb_desc, out, bias_t, sa, sb, M, N, K, out.stride(0), out.stride(1),
                    sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1))
+            _release(a_desc, b_desc)
             return out
         return run
 
@@ -288,6 +298,7 @@ class FP8Gemm:
             args = (a_desc, b_desc, c, bias.contiguous() if bias is not None else c, s_a, s_b, M, N, K, c.stride(0),
                     c.stride(1), sam, sak, sbk, sbn)
             state["launch"](*args)
+            _release(a_desc, b_desc)
             if "tuned" not in state and not interp:  # the autotuner chose: launch that config directly
                 best = self.tma_tuned.best_config
                 a_desc.block_shape = [best.kwargs["BLOCK_M"], best.kwargs["BLOCK_K"]]
