@@ -12,7 +12,9 @@ elements are those with ``a >= a_sat``, the smallest fp32 ``a`` with ``q(a) > li
 none), and the flushed ones the non-zero ``a < a_big``, the smallest with ``q(a) > tiny`` or NaN
 (always exists: ``q(+inf)`` is +inf or NaN). Each program finds both by bisection over the bit
 patterns of [0, +inf] (31 scalar ``div_rn`` steps each); a NaN element fails both comparisons, as
-it fails ``> limit`` and ``<= tiny``. The counts are those of the division, exactly.
+it fails ``> limit`` and ``<= tiny``. The counts are those of the division, exactly. On SQNR
+steps (``SQNR``) the same pass also casts each element as lowbit does (``_cast_error``) and sums
+``x^2`` and the squared error in float64 (the order of the sums is not the torch reduction's).
 
 A program that saw a non-finite element takes a clock ticket (``atomic_add(clock, 1)``) and
 keeps the smallest in ``seq``: the kernels of one stream run one after the other, so every ticket
@@ -21,6 +23,8 @@ scale.
 
 The tensor is read once, in its own dtype (fp16, bf16, fp32), from any dense layout (the
 statistics do not depend on the order of the elements); anything else goes back to torch ops.
+Rows are offsets into the one statistics buffer, the columns constants; a monitor's session keeps
+each launch it makes (``plans``), so a record costs the launcher's call, not the JIT's binding.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ..kernels.triton.jit_common import _grid_round
 from ..kernels.triton.runtime import Launch, cdiv, interpreting, sm_count
 from .columns import COL, WIDTH, saturation_limit
 
@@ -79,19 +84,13 @@ C_WIDTH = tl.constexpr(WIDTH)
 
 @triton.jit
 def _cast_error(x, s, fmax, MBITS: tl.constexpr, EMIN: tl.constexpr):
-    """(x, x - dequant(quant(x))) in float64, and whether both count: ``lowbit.dtypes.quantize``'s
-    round-to-nearest-even cast of ``div_rn(x, s)`` with saturation, dequantized as ``v * s`` in
-    fp32. The grid step ``2^(e - MBITS)``, ``e = max(floor(log2|y|), EMIN)``, is exact, and so is
-    ``|y| / step`` (below 2^(MBITS + 1) after the clamp): adding and taking away 2^23 rounds it
-    half to even. A non-finite ``x`` or dequantized value counts in neither sum."""
+    """(x^2, (x - dequant(quant(x)))^2) in float64, 0 where either is non-finite:
+    ``lowbit.dtypes.quantize``'s round-to-nearest-even cast of ``div_rn(x, s)``, saturated (the
+    grid rounding of the casts, ``jit_common._grid_round``), dequantized as ``v * s`` in fp32."""
     y = tl.math.div_rn(x, s)
     a = tl.abs(y)
     a = tl.where(a > fmax, fmax, a)  # saturate (NaN stays NaN)
-    e = ((a.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
-    e = tl.minimum(tl.maximum(e, EMIN), 127 - MBITS)
-    k = a * ((MBITS - e + 127) << 23).to(tl.float32, bitcast=True)
-    k = (k + 8388608.0) - 8388608.0
-    v = k * ((e - MBITS + 127) << 23).to(tl.float32, bitcast=True)
+    _, v = _grid_round(a, a, EMIN, MBITS, False)
     dq = tl.where(y < 0, -v, v) * s
     ok = (tl.abs(x) < float("inf")) & (tl.abs(dq) < float("inf"))
     x64 = x.to(tl.float64)
