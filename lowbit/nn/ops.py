@@ -1,10 +1,9 @@
-"""The Linear's forward and backward GEMMs as ``torch.library`` ops (``torch.ops.lowbit.*``).
+"""The Linear's forward and backward GEMMs as ``torch.library`` custom ops (``torch.ops.lowbit.*``).
 
-Why ops: torch.compile (Dynamo) cannot trace through the FP8Tensor/FP4Tensor subclasses
+Why custom ops: torch.compile (Dynamo) cannot trace through the FP8Tensor/FP4Tensor subclasses
 and the backend registry, but it takes an opaque op with a declared schema and a fake (shape)
 implementation without a graph break, and functionalizes its in-place updates of the delayed
-scaling buffers, in the forward and in the backward. Eager mode calls their Python
-implementations (``EAGER``).
+scaling buffers, in the forward and in the backward. Eager mode calls the same ops.
 
 A weight may arrive already cast, as an ``FP8Tensor`` (tensorwise or square weight blocks: what
 FSDP2 all-gathers under ``lowbit.distributed.prepare(model, fp8_all_gather=True)``): the forward
@@ -70,21 +69,6 @@ __all__ = ["fp8_linear_fwd", "fp8_linear_bwd", "fp4_linear_fwd", "fp4_linear_bwd
            "sr_draws", "EAGER"]
 
 T = torch.Tensor
-
-# The ops, by torch.library's low-level API: ``torch.library.custom_op`` wraps every call in Python
-# layers (autograd and mutation bookkeeping) that cost tens of microseconds of host time a call in
-# a compiled graph. Each schema declares what the op mutates (``(a!)``); no output aliases an input
-# or another output; the one implementation serves every device and, on fake tensors, shape
-# propagation (it takes the torch emulation there).
-_LIB = torch.library.Library("lowbit", "DEF")
-
-
-def _define(schema: str, impl):
-    name = schema.split("(", 1)[0]
-    _LIB.define(schema)
-    _LIB.impl(name, impl, "CompositeExplicitAutograd")
-    torch.library.register_fake(f"lowbit::{name}", impl, lib=_LIB)
-    return getattr(torch.ops.lowbit, name)
 
 
 def _states(recipe, tensors: List[T], roles, prime: Tuple[bool, ...], primed_by: Tuple[T, ...],
@@ -164,7 +148,7 @@ def fp8_backward(g, xt, wt, st_g, recipe, backend, x_dtype, w_dtype, need_dx, ne
     dw, not all of them at once."""
     backend = _backend(backend, g)
     qg, qg_t = quantize_fp8_t(g, recipe, "grad", st_g, backend)
-    dx, dw = _empty(g), _empty(g)  # (distinct: an op's outputs never alias each other)
+    dx = dw = _empty(g)
     if need_dx:
         dx = scaled_mm(qg, (wt() if callable(wt) else wt).t(), x_dtype, None, backend)
     del qg, wt
@@ -189,16 +173,20 @@ def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, prime_x=False, prime
     return y, *xt, w_scale
 
 
+@torch.library.custom_op("lowbit::fp8_linear_fwd", mutates_args=("state",))
+def fp8_linear_fwd(x: T, w: T, bias: Optional[T], state: List[T], recipe: str, backend: str,
+                   need_xt: bool, prime_x: bool, prime_w: bool) -> Tuple[T, T, T, T]:
+    """``y = x w^T + bias`` -> (y, x^T data, x^T scale (empty when not needed), the delayed scale
+    the weight's cast used (empty for the other recipes)); ``prime_*``: the cold start of that
+    role's delayed scale (from the tensor's own amax)."""
+    return _graph_fp8_fwd(x, w, bias, state, recipe, backend, need_xt, prime_x, prime_w)
+
+
 def _graph_fp8_fwd(*args):
     return _e8m0_as_bits(_fp8_fwd(*args))
 
 
-# ``y = x w^T + bias`` -> (y, x^T data, x^T scale (empty when not needed), the delayed scale the
-# weight's cast used (empty for the other recipes)); ``prime_*``: the cold start of that role's
-# delayed scale (from the tensor's own amax)
-fp8_linear_fwd = _define("fp8_linear_fwd(Tensor x, Tensor w, Tensor? bias, Tensor(a!)[] state, str recipe, "
-                         "str backend, bool need_xt, bool prime_x, bool prime_w) -> (Tensor, Tensor, Tensor, Tensor)",
-                         _graph_fp8_fwd)
+fp8_linear_fwd.register_fake(_graph_fp8_fwd)
 
 
 def _recast_t(t, recipe, role: str, scale: T, backend: str) -> FP8Tensor:
@@ -225,15 +213,21 @@ def _fp8_bwd(g, xt_data, xt_scale, w, w_scale, state, recipe_s, backend, x_dtype
     return fp8_backward(g, xt, wt, st_g, recipe, backend, x_dtype, w_dtype, need_dx, need_dw)
 
 
+@torch.library.custom_op("lowbit::fp8_linear_bwd", mutates_args=("state",))
+def fp8_linear_bwd(g: T, xt_data: T, xt_scale: T, w: T, w_scale: T, state: List[T], recipe: str, backend: str,
+                   x_dtype: torch.dtype, w_dtype: torch.dtype, need_dx: bool, need_dw: bool,
+                   prime_g: bool) -> Tuple[T, T]:
+    """(dgrad ``g w``, wgrad ``g^T x``) from the saved x^T and the weight (module docstring); empty
+    when not needed."""
+    return _graph_fp8_bwd(g, xt_data, xt_scale, w, w_scale, state, recipe, backend, x_dtype, w_dtype, need_dx,
+                          need_dw, prime_g)
+
+
 def _graph_fp8_bwd(g, xt_data, xt_scale, *rest):
     return _fp8_bwd(g, xt_data, _bits_as_e8m0(xt_scale), *rest)
 
 
-# (dgrad ``g w``, wgrad ``g^T x``) from the saved x^T and the weight (module docstring); empty when
-# not needed
-fp8_linear_bwd = _define("fp8_linear_bwd(Tensor g, Tensor xt_data, Tensor xt_scale, Tensor w, Tensor w_scale, "
-                         "Tensor(a!)[] state, str recipe, str backend, ScalarType x_dtype, ScalarType w_dtype, "
-                         "bool need_dx, bool need_dw, bool prime_g) -> (Tensor, Tensor)", _graph_fp8_bwd)
+fp8_linear_bwd.register_fake(_graph_fp8_bwd)
 
 
 # ---- FP4 -------------------------------------------------------------------------------------
@@ -272,14 +266,19 @@ def _fp4_fwd(x, w, bias, signs, recipe_s, backend, need_xt):
     return y, *xt
 
 
+@torch.library.custom_op("lowbit::fp4_linear_fwd", mutates_args=())
+def fp4_linear_fwd(x: T, w: T, bias: Optional[T], signs: Optional[T], recipe: str, backend: str,
+                   need_xt: bool) -> Tuple[T, T, T, T]:
+    """``y = x w^T + bias`` -> (y, x^T (codes, block scales, global scale)); the backward casts
+    w^T from the weight itself."""
+    return _graph_fp4_fwd(x, w, bias, signs, recipe, backend, need_xt)
+
+
 def _graph_fp4_fwd(*args):
     return _e8m0_as_bits(_fp4_fwd(*args))
 
 
-# ``y = x w^T + bias`` -> (y, x^T (codes, block scales, global scale)); the backward casts w^T from
-# the weight itself
-fp4_linear_fwd = _define("fp4_linear_fwd(Tensor x, Tensor w, Tensor? bias, Tensor? signs, str recipe, str backend, "
-                         "bool need_xt) -> (Tensor, Tensor, Tensor, Tensor)", _graph_fp4_fwd)
+fp4_linear_fwd.register_fake(_graph_fp4_fwd)
 
 
 def _fp4_operand(q, s, g, recipe, role, dtype) -> FP4Tensor:
@@ -291,7 +290,7 @@ def _fp4_bwd(g, xq, xs, xg, w, signs, sr, recipe_s, backend, x_dtype, w_dtype, n
     recipe = _recipe(recipe_s)
     backend = _backend(backend, g)
     gen_dx, gen_dw = sr_draws(sr) if sr is not None else (None, None)  # NV's sr_grads: LinearState.sr_key
-    dx, dw = _empty(g), _empty(g)  # (distinct: an op's outputs never alias each other)
+    dx = dw = _empty(g)
     if need_dx:
         qg = quantize_fp4(g, recipe, "grad", generator=gen_dx, backend=backend)
         qw_t = quantize_fp4(w.t().contiguous(), recipe, "weight", backend=backend)  # dgrad's B: w^T along N
@@ -306,20 +305,25 @@ def _fp4_bwd(g, xq, xs, xg, w, signs, sr, recipe_s, backend, x_dtype, w_dtype, n
     return dx, dw
 
 
+@torch.library.custom_op("lowbit::fp4_linear_bwd", mutates_args=("sr",))
+def fp4_linear_bwd(g: T, xq: T, xs: T, xg: T, w: T, signs: Optional[T], sr: Optional[T], recipe: str,
+                   backend: str, x_dtype: torch.dtype, w_dtype: torch.dtype, need_dx: bool,
+                   need_dw: bool) -> Tuple[T, T]:
+    """(dgrad, wgrad) from the saved FP4 x^T and the weight (w^T cast here, as the forward would
+    have: the weight's cast is deterministic); advances the stochastic-rounding key ``sr``'s step
+    (None: the recipe has no stochastic rounding)."""
+    return _graph_fp4_bwd(g, xq, xs, xg, w, signs, sr, recipe, backend, x_dtype, w_dtype, need_dx, need_dw)
+
+
 def _graph_fp4_bwd(g, xq, xs, xg, *rest):
     return _fp4_bwd(g, xq, _bits_as_e8m0(xs), xg, *rest)
 
 
-# (dgrad, wgrad) from the saved FP4 x^T and the weight (w^T cast here, as the forward would have:
-# the weight's cast is deterministic); advances the stochastic-rounding key ``sr``'s step (None:
-# the recipe has no stochastic rounding)
-fp4_linear_bwd = _define("fp4_linear_bwd(Tensor g, Tensor xq, Tensor xs, Tensor xg, Tensor w, Tensor? signs, "
-                         "Tensor(a!)? sr, str recipe, str backend, ScalarType x_dtype, ScalarType w_dtype, "
-                         "bool need_dx, bool need_dw) -> (Tensor, Tensor)", _graph_fp4_bwd)
+fp4_linear_bwd.register_fake(_graph_fp4_bwd)
 
 
 # The Python implementations behind the ops, for eager mode: ``functional`` calls these directly
-# unless torch.compile is tracing (even the low-level dispatch costs microseconds a call on the
+# unless torch.compile is tracing (the custom-op dispatch costs tens of microseconds a call on the
 # host, which an eager step pays for every layer); the ops themselves stay what compile sees.
 EAGER = {"fp8_linear_fwd": _fp8_fwd, "fp8_linear_bwd": _fp8_bwd, "fp4_linear_fwd": _fp4_fwd,
          "fp4_linear_bwd": _fp4_bwd}
