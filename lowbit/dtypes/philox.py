@@ -16,6 +16,7 @@ arithmetic (each 32x32-bit product split at 16 bits, exact).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -61,12 +62,14 @@ class Philox:
         if not (isinstance(self.stream, int) and 0 <= self.stream <= _MASK):
             raise ValueError(f"Philox stream must be an int in [0, 2^32), got {self.stream!r}")
 
+    def key_on(self, device) -> torch.Tensor:
+        """``key`` as the 2 contiguous int64 of ``(seed, step)`` on ``device`` (a kernel reads them)."""
+        return self.key.to(device).reshape(2).contiguous()
+
     def uniform(self, shape, device) -> torch.Tensor:
         """float32 ``u`` of ``shape`` (module docstring), on ``device``."""
-        key = self.key.to(device).reshape(2)
-        n = 1
-        for d in shape:
-            n *= d
+        key = self.key_on(device)
+        n = math.prod(shape)
         i = torch.arange(n, dtype=torch.int64, device=device)
         step = key[1]
         r, _, _, _ = philox4x32(i & _MASK, i >> 32, (step & _MASK).expand(n), (step >> 32).expand(n),

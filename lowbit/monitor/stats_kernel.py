@@ -83,11 +83,10 @@ C_WIDTH = tl.constexpr(WIDTH)
 
 
 @triton.jit
-def _cast_error(x, s, fmax, MBITS: tl.constexpr, EMIN: tl.constexpr):
-    """(x^2, (x - dequant(quant(x)))^2) in float64, 0 where either is non-finite:
-    ``lowbit.dtypes.quantize``'s round-to-nearest-even cast of ``div_rn(x, s)``, saturated (the
+def _cast_error(x, y, s, fmax, MBITS: tl.constexpr, EMIN: tl.constexpr):
+    """(x^2, (x - dequant(quant(x)))^2) in float64, 0 where either is non-finite, for the quotient
+    ``y = div_rn(x, s)``: ``lowbit.dtypes.quantize``'s round-to-nearest-even cast, saturated (the
     grid rounding of the casts, ``jit_common._grid_round``), dequantized as ``v * s`` in fp32."""
-    y = tl.math.div_rn(x, s)
     a = tl.abs(y)
     a = tl.where(a > fmax, fmax, a)  # saturate (NaN stays NaN)
     _, v = _grid_round(a, a, EMIN, MBITS, False)
@@ -157,7 +156,7 @@ def _stats_kernel(x_ptr, n, stats_ptr, slot, clock, scale_ptr, when, limit, tiny
             uf += (nonzero & (a < a_big)).to(tl.int32)
             nz += nonzero.to(tl.int32)
             if SQNR:
-                xs, xe = _cast_error(x, s, fmax, MBITS, EMIN)
+                xs, xe = _cast_error(x, tl.math.div_rn(x, s), s, fmax, MBITS, EMIN)
                 sig += xs
                 noi += xe
     first = go & (pid == 0)
@@ -196,13 +195,14 @@ def _block_stats_kernel(x_ptr, M, K, stride_m, s_ptr, stride_sm, stats_ptr, slot
         fin = a < float("inf")
         nf += (~fin).to(tl.int32)
         amax = tl.maximum(amax, tl.where(fin, a, 0.0))
-        y = tl.abs(tl.math.div_rn(x, sc))
+        y = tl.math.div_rn(x, sc)
+        ay = tl.abs(y)
         nonzero = a != 0.0
-        sat += (y > limit).to(tl.int32)
-        uf += (nonzero & (y <= tiny)).to(tl.int32)
+        sat += (ay > limit).to(tl.int32)
+        uf += (nonzero & (ay <= tiny)).to(tl.int32)
         nz += nonzero.to(tl.int32)
         if SQNR:
-            xs, xe = _cast_error(x, sc, fmax, MBITS, EMIN)
+            xs, xe = _cast_error(x, y, sc, fmax, MBITS, EMIN)
             sig += xs
             noi += xe
     _commit(stats_ptr, slot, clock, tl.sum(tl.sum(nf, axis=1), axis=0), tl.max(tl.max(amax, axis=1), axis=0),

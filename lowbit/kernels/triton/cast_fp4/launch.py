@@ -157,7 +157,7 @@ class FP4Casts:
             if not stochastic:
                 u = amax  # (unused)
             elif stream is not None:  # the kernel draws from the (seed, step) key
-                u = generator.key.to(dev).reshape(2).contiguous()
+                u = generator.key_on(dev)
             else:
                 u = torch.rand(x.shape, generator=generator, device=dev, dtype=torch.float32)
             q = torch.empty((R, C // 2), dtype=torch.uint8, device=dev)
