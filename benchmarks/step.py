@@ -43,7 +43,8 @@ against the anchor and against ``torchao-tensorwise`` in the same workload and m
 ``ratio > 1`` means better than the anchor (faster: anchor_ms / ms; smaller: anchor_GiB / GiB);
 ``loss`` after the timed steps; ``loss_rel_diff`` (the check); ``first_step_s`` (compile time
 included); ``cudagraph_skips`` in reduce-overhead mode. ``DIR/step.json`` holds every row and
-the table printed last.
+the table printed last. ``--profile``: each variant's device time of 2 more steps by kernel group
+and its top kernels (in step.json, and printed after the table).
 """
 from __future__ import annotations
 
@@ -264,11 +265,48 @@ def run_variant(workload: str, name: str, mode: str, args, batches, recorder: Op
     row["ms"] = statistics.median(clock.intervals_ms())
     if cuda:
         row["GiB"] = torch.cuda.max_memory_allocated() / 2 ** 30  # the timed steps alone
+        if args.profile:
+            row["profile"] = kernel_profile(lambda i: step(args.check + args.warmup + args.steps + i))
     if mode == "reduce-overhead":
         row["cudagraph_skips"] = counters["inductor"]["cudagraph_skips"] - skips0
         if recorder:
             row["skip_reasons"] = " | ".join(recorder.reasons[n_reasons:]) or None
     return row
+
+
+def kernel_profile(step, steps: int = 2, top: int = 12) -> dict:
+    """Device time of ``steps`` steps under ``torch.profiler``, a step: per kernel group
+    (``ffn_profile.GROUPS``) and the ``top`` kernels."""
+    from benchmarks.ffn_profile import group_of
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for i in range(steps):
+            step(i)
+        torch.cuda.synchronize()
+    kernels: Dict[str, List[float]] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            k = kernels.setdefault(e.name, [0.0, 0])
+            k[0] += e.device_time_total / steps / 1e3
+            k[1] += 1 / steps
+    groups: Dict[str, float] = {}
+    for name, (ms, _) in kernels.items():
+        low = name.lower()
+        g = ("attention" if any(s in low for s in ("flash", "sdpa", "fmha", "attn", "attention")) else
+             "optimizer" if any(s in low for s in ("adam", "multi_tensor")) else group_of(name))
+        groups[g] = groups.get(g, 0.0) + ms
+    return {"device_ms": sum(v[0] for v in kernels.values()), "groups": groups,
+            "top": [(name[:90], ms, n) for name, (ms, n) in sorted(kernels.items(), key=lambda kv: -kv[1][0])[:top]]}
+
+
+def print_profiles(table: List[dict]) -> None:
+    for r in table:
+        prof = r.pop("profile", None)
+        if prof:
+            print(f"\n{r['workload']} {r['mode']} {r['variant']}: {prof['device_ms']:.1f} ms of kernels a step; "
+                  + ", ".join(f"{g} {ms:.1f}" for g, ms in sorted(prof["groups"].items(), key=lambda kv: -kv[1])))
+            for name, ms, n in prof["top"]:
+                print(f"  {ms:7.2f} ms {n:5.0f}x  {name}")
 
 
 def reference(table: List[dict], row: dict, variant: str) -> Optional[dict]:
@@ -337,6 +375,8 @@ def add_options(p) -> None:
     p.add_argument("--all-layers", action="store_true", help="lowbit converts every Linear but the head "
                                                                  "(no size rule)")
     p.add_argument("--head", action="store_true", help="lowbit converts the output head too (torchao's coverage)")
+    p.add_argument("--profile", action="store_true", help="also profile 2 steps a variant: device time by "
+                                                            "kernel group and the top kernels (printed last)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
 
 
@@ -389,6 +429,7 @@ def main() -> List[dict]:
     table = [r for wtable in table for r in wtable]
     append_results(rows, args.out)
     write_json(args.out, "step", {"env": env, "table": table, "rows": rows})
+    print_profiles(table)
     print(env)
     print_table(table, ["workload", "mode", "variant", "converted", "ms", "vs_anchor", "vs_torchao", "GiB", "GiB_compile",
                         "loss", "loss_rel_diff",
