@@ -12,7 +12,9 @@ Saved for backward, all in low precision but the weight: X^T quantized along the
 operand; only when W needs a gradient) and, in eager mode, W^T quantized along N (the dgrad
 operand; only when X needs one), with their scales, both from the forward's casts (tensorwise
 recipes: the transpose of the forward cast itself). Under torch.compile the weight itself is kept
-(a parameter) and W^T cast again in the backward to the same bits (``lowbit.nn.ops``).
+(a parameter) and W^T cast again in the backward to the same bits (``lowbit.nn.ops``); under a
+tensorwise input scale so is X^T, from X (or from what the partitioner recomputes X from), with
+the forward's scale.
 
 Under ``torch.autocast``, x is cast to the autocast dtype first and y comes out in it.
 Inputs of any rank ``(..., K)`` are flattened to ``(M, K)``.
@@ -48,16 +50,20 @@ def _bias_grad_dtype(ctx, bias) -> Optional[torch.dtype]:
 
 
 class _FP8Linear(torch.autograd.Function):
-    """The graph path (torch.compile): the custom ops; x^T kept in FP8, the weight itself kept for
-    the backward's cast of w^T (``lowbit.nn.ops``)."""
+    """The graph path (torch.compile): the custom ops; the weight itself kept for the backward's
+    cast of w^T (``lowbit.nn.ops``); x^T kept in FP8, or, under a tensorwise input scale, cast
+    again in the backward from x by ``ops.cast_t_fusible`` (fusible torch ops: the partitioner may
+    recompute x from what the other ops keep, as torchao's casts let it)."""
 
     @staticmethod
-    def forward(ctx, x, w, bias, recipe, backend, cold, n_state, *tensors):
+    def forward(ctx, x, w, bias, recipe, backend, cold, xt_format, n_state, *tensors):
         state = list(tensors[:n_state])
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         y, xt_data, xt_scale, w_scale = _call("fp8_linear_fwd", x, w, bias, state[:4], recipe, backend, need_dw,
                                               cold[0], cold[1])
-        ctx.save_for_backward(xt_data, xt_scale, w if need_dx else None, w_scale)
+        ctx.recast_fmt = xt_format if need_dw else None  # (a tensorwise input scale: the op made no x^T)
+        ctx.save_for_backward(x if ctx.recast_fmt is not None else xt_data, xt_scale, w if need_dx else None,
+                              w_scale)
         # the grad-scaling buffers are updated in place by the backward op: held on ctx, not
         # saved (a layer used twice per step would otherwise trip autograd's version check)
         ctx.gstate = state[4:]
@@ -68,11 +74,13 @@ class _FP8Linear(torch.autograd.Function):
     def backward(ctx, g):
         recipe, backend, x_dtype, w_dtype, need_dx, need_dw, db_dtype, prime_g = ctx.meta
         xt_data, xt_scale, w, w_scale = ctx.saved_tensors
+        if ctx.recast_fmt is not None:  # the saved tensor is x
+            xt_data = _ops.cast_t_fusible(xt_data, xt_scale, ctx.recast_fmt)
         w = g.new_empty((0,), dtype=w_dtype) if w is None else w
         dx, dw = _call("fp8_linear_bwd", g, xt_data, xt_scale, w, w_scale, ctx.gstate, recipe, backend, x_dtype,
                        w_dtype, need_dx, need_dw, prime_g)
-        return (dx if need_dx else None, dw if need_dw else None, _db(g, db_dtype), None, None, None, None,
-                *([None] * (len(ctx.needs_input_grad) - 7)))
+        return (dx if need_dx else None, dw if need_dw else None, _db(g, db_dtype), None, None, None, None, None,
+                *([None] * (len(ctx.needs_input_grad) - 8)))
 
 
 class _FP8LinearEager(torch.autograd.Function):
@@ -149,7 +157,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
         cold = (cold[0] and tokens, cold[1], cold[2] and records and tokens)
         if torch.compiler.is_compiling() or x2.device.type == "meta":
             tensors = state.tensors()
-            y = _FP8Linear.apply(x2, weight, bias, state.recipe_key, backend, cold, len(tensors), *tensors)
+            r = state.recipe
+            xt_format = r.format("input") if r.granularity("input").is_tensorwise else None
+            y = _FP8Linear.apply(x2, weight, bias, state.recipe_key, backend, cold, xt_format, len(tensors), *tensors)
         else:
             y = _FP8LinearEager.apply(x2, weight, bias, state, backend, cold)
         state.mark_primed(cold)

@@ -27,9 +27,15 @@ and keeps w^T; the graph ops (``fp8_linear_fwd`` / ``fp8_linear_bwd``, what torc
 keep the weight itself (a parameter: no memory) and cast w^T again in the backward
 (``_recast_t``: the same cast, under delayed scaling with the forward's scale, so the same bits),
 which keeps one byte a parameter out of the compiled graph's saved values at the cost of one more
-read of the weight. FP4 recipes (MX e2m1, NV) quantize the transposed operands anew from the
-high-precision tensors, keeping x^T's codes for the wgrad and the weight itself (its w^T cast in
-the backward: the weight's cast is deterministic, so the same codes); for the wgrad operands
+read of the weight. Under a tensorwise input scale the graph does the same for x: the forward op
+casts x only, and the backward casts x^T again with the forward's scale (``cast_t_fusible``, in
+torch ops inductor fuses), so the partitioner keeps x, or recomputes it from what the other ops
+keep (a GELU's input), as it does for torchao's casts. The bits are the forward cast's when the
+backward's x is the forward's; a recomputed x can differ from it where inductor's fused recompute
+skips a rounding to bf16 the forward made (``emulate_precision_casts`` off, its default).
+FP4 recipes (MX e2m1, NV) quantize the transposed operands anew from the high-precision tensors,
+keeping x^T's codes for the wgrad and the weight itself (its w^T cast in the backward: the
+weight's cast is deterministic, so the same codes); for the wgrad operands
 the token dim is zero-padded to a multiple of the block (16 for NV, 32 for MX): zero rows change
 neither the product nor any scale, and they let NV apply its 16x16 random Hadamard transform to
 both wgrad operands along the tokens (``recipe.hadamard_wgrad``) whatever the token count.
@@ -66,7 +72,7 @@ from ..scaling.recipes import NV, Delayed, Recipe
 from .spec import decode
 
 __all__ = ["fp8_linear_fwd", "fp8_linear_bwd", "fp4_linear_fwd", "fp4_linear_bwd", "fp8_forward", "fp8_backward",
-           "sr_draws", "EAGER"]
+           "cast_t_fusible", "sr_draws", "EAGER"]
 
 T = torch.Tensor
 
@@ -162,7 +168,10 @@ def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, prime_x=False, prime
     fake = _fake_mode(x, w)
     st_x, st_w = _states(recipe, state, ("input", "weight"), (prime_x, prime_w), (x, w), fake)
     backend = _backend(backend, x, w)
-    if need_xt:
+    if need_xt and recipe.granularity("input").is_tensorwise:  # x^T: ``cast_t_fusible`` in the backward
+        qx = quantize_fp8(x, recipe, "input", st_x, backend)
+        xt = (_empty(x, torch.float8_e4m3fn), qx._scale.clone())
+    elif need_xt:
         qx, qx_t = quantize_fp8_t(x, recipe, "input", st_x, backend)
         xt = (qx_t._data, qx_t._scale.clone())
     else:
@@ -176,9 +185,10 @@ def _fp8_fwd(x, w, bias, state, recipe_s, backend, need_xt, prime_x=False, prime
 @torch.library.custom_op("lowbit::fp8_linear_fwd", mutates_args=("state",))
 def fp8_linear_fwd(x: T, w: T, bias: Optional[T], state: List[T], recipe: str, backend: str,
                    need_xt: bool, prime_x: bool, prime_w: bool) -> Tuple[T, T, T, T]:
-    """``y = x w^T + bias`` -> (y, x^T data, x^T scale (empty when not needed), the delayed scale
-    the weight's cast used (empty for the other recipes)); ``prime_*``: the cold start of that
-    role's delayed scale (from the tensor's own amax)."""
+    """``y = x w^T + bias`` -> (y, x^T data, x^T scale (both empty when not needed; under a
+    tensorwise input scale the data is empty and the scale is x's: the graph casts x^T again in the
+    backward, ``cast_t_fusible``), the delayed scale the weight's cast used (empty for the other
+    recipes)); ``prime_*``: the cold start of that role's delayed scale (from the tensor's own amax)."""
     return _graph_fp8_fwd(x, w, bias, state, recipe, backend, need_xt, prime_x, prime_w)
 
 
@@ -187,6 +197,18 @@ def _graph_fp8_fwd(*args):
 
 
 fp8_linear_fwd.register_fake(_graph_fp8_fwd)
+
+
+def cast_t_fusible(x: T, scale: T, fmt) -> T:
+    """``cast_fmt(fp32(x) / scale)^T`` (the contract of ``lowbit.dtypes.quantize``: RNE, saturating,
+    NaN stays NaN (of either sign), the sign of zero kept), contiguous, in pointwise torch ops that
+    inductor fuses into x's producer, so the min-cut partitioner may recompute x in the backward
+    rather than keep it.
+    The quotient is taken in float64 and rounded to float32: double rounding is innocuous for a
+    division when 53 >= 2 * 24 + 2 (Figueroa), so it is the IEEE float32 quotient bit for bit
+    whatever division inductor emits for float32 (Triton's ``/`` is approximate)."""
+    y = (x.double() / scale.double()).float().clamp(-fmt.max, fmt.max)
+    return y.to(fmt.torch_dtype).t().contiguous()
 
 
 def _recast_t(t, recipe, role: str, scale: T, backend: str) -> FP8Tensor:

@@ -1,7 +1,10 @@
-"""What a compiled converted model keeps for its backward: the FP8 (or FP4) x^T of each Linear and
-no low-precision copy of any weight (w^T is cast again in the backward), and the recast gives the bits
-of the forward's cast: compiled and eager agree bit for bit on the Triton kernels too. Within a
-backward, the dgrad's FP8 operands are freed before the wgrad runs."""
+"""What a compiled converted model keeps for its backward: the FP8 (or FP4) x^T of each Linear, or,
+under a tensorwise input scale, no more than the plain model keeps (x^T is cast again in the
+backward from x, which the partitioner recomputes), and no low-precision copy of any weight (w^T is
+cast again in the backward); the recasts give the bits of the forward's casts: compiled and eager
+agree bit for bit on the Triton kernels too (where the backward's x is the forward's: a fused
+recompute of x may skip a bf16 rounding, ``lowbit.nn.ops``). Within a backward, the dgrad's FP8
+operands are freed before the wgrad runs."""
 import pytest
 import torch
 from torch import nn
@@ -28,10 +31,51 @@ def _saved(model) -> list:
     return [(dtype, shape) for dtype, shape, _ in saved]
 
 
-@pytest.mark.parametrize("fmt", ["fp8", "fp8-block", "mxfp8"])
+@pytest.mark.parametrize("fmt", ["fp8-block", "mxfp8"])
 def test_compiled_graph_keeps_x_transposed_in_fp8_and_no_weight_copy(fmt):
     fp8 = sorted(shape for dtype, shape in _saved(_model(fmt)) if dtype == torch.float8_e4m3fn)
     assert fp8 == sorted([(DIMS[0], TOKENS), (DIMS[1], TOKENS)])  # x^T of both Linears, nothing else
+
+
+def test_compiled_tensorwise_graph_keeps_less_than_the_plain_model():
+    """The plain model keeps GELU's input and output (Linear 2's input); the tensorwise FP8 graph
+    keeps GELU's input only (Linear 2's x is recomputed from it and cast again) and the FP8 x^T of
+    the graph's input (cheaper to keep than the fp32 input it would be cast again from)."""
+    def big(saved):
+        return sorted((str(dtype), shape) for dtype, shape in saved if len(shape) > 0)
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(DIMS[0], DIMS[1]), nn.GELU(), nn.Linear(DIMS[1], DIMS[2]))
+    assert big(_saved(plain)) == [("torch.float32", (TOKENS, DIMS[1]))] * 2
+    assert big(_saved(_model("fp8"))) == [("torch.float32", (TOKENS, DIMS[1])),
+                                          ("torch.float8_e4m3fn", (DIMS[0], TOKENS))]
+
+
+@pytest.mark.parametrize("role", ["input", "grad"])  # HYBRID: E4M3 and E5M2
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_fusible_recast_is_the_kernels_cast_transposed(role, dtype):
+    """``cast_t_fusible`` eager and under inductor = ``quantize_fp8_t``'s x^T bit for bit, on both
+    backends, saturating values, infinities, signed zeros, NaN (its sign no part of the contract) and
+    a 10-decade dynamic range."""
+    from lowbit.kernels.api import quantize_fp8_t
+    from lowbit.nn.ops import cast_t_fusible
+    from lowbit.scaling import Current
+
+    recipe = Current()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 96, generator=g) * torch.logspace(-6, 4, 96)
+    x[0, :6] = torch.tensor([float("inf"), -float("inf"), -0.0, 0.0, 1e30, float("nan")])
+    x = x.to(dtype)
+    fmt = recipe.format(role)
+    torch._dynamo.reset()
+    compiled = torch.compile(cast_t_fusible, fullgraph=True)
+    for backend in ("torch", "triton"):
+        q, q_t = quantize_fp8_t(x, recipe, role, None, backend)
+        want = q_t._data.view(torch.uint8)
+        nan = q_t._data.float().isnan()
+        assert nan.sum() == 1
+        for got in (cast_t_fusible(x, q._scale, fmt), compiled(x, q._scale, fmt)):
+            assert got.is_contiguous() and torch.equal(got.float().isnan(), nan)
+            assert torch.equal(got.view(torch.uint8)[~nan], want[~nan])
 
 
 @pytest.mark.parametrize("fmt,block,scales", [("nvfp4", 16, torch.float8_e4m3fn), ("mxfp4", 32, torch.uint8)])
