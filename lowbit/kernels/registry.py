@@ -29,6 +29,8 @@ class Backend:
     supports: Callable = lambda a, b, out_dtype, bias: None  # noqa: E731
     priority: int = 0  # higher wins under "auto"
     devices: tuple = ("cpu", "cuda")  # device types the backend can serve at all
+    # () -> more device types it serves when asked for by name (the Triton interpreter's CPU)
+    named_devices: Callable = lambda: ()  # noqa: E731
     fast_accum: bool = False  # scaled_mm takes fast_accum= (a faster, unpromoted accumulation)
     # optional fused casts (lowbit.kernels.api); each returns None to decline a call
     quantize_fp8: Callable = None
@@ -104,6 +106,11 @@ class BackendRegistry:
             self._warned.add(key)
             warnings.warn(f"lowbit: {be.name} backend declined scaled_mm ({why}); using the next backend",
                           stacklevel=4)
+
+    def serves(self, name: str, device_type: str) -> bool:
+        """Backend ``name``, asked for by name, can serve ``device_type`` tensors."""
+        be = self.get(name)
+        return device_type in be.devices or device_type in be.named_devices()
 
     def names(self) -> list:
         return sorted(self.backends)

@@ -83,9 +83,9 @@ def backend_problem(name: str, device_type: str) -> Optional[str]:
         if any(device_type in be.devices for be in BACKENDS.backends.values()):
             return None
         return f"no lowbit backend serves device {device_type!r} (registered: {BACKENDS.names()})"
-    be = BACKENDS.get(name)
-    if device_type not in be.devices:
-        return f"backend {name!r} serves {be.devices}, not {device_type!r}"
+    if not BACKENDS.serves(name, device_type):
+        be = BACKENDS.get(name)
+        return f"backend {name!r} serves {be.devices + tuple(be.named_devices())}, not {device_type!r}"
     return None
 
 

@@ -193,6 +193,13 @@ def test_meta_device_model_converts_without_data_then_materializes():
     assert torch.isfinite(m[0].weight.grad).all()
 
 
+def test_the_triton_backend_named_serves_the_cpu_under_the_interpreter_only(monkeypatch):
+    for interpret, backend in (("1", "triton"), ("0", "auto")):
+        monkeypatch.setenv("TRITON_INTERPRET", interpret)
+        m, msgs = _convert(nn.Sequential(nn.Linear(32, 32)), "fp8-current", backend="triton")
+        assert m[0].backend == backend and any("cannot serve" in s for s in msgs) == (backend == "auto")
+
+
 def test_backend_that_cannot_serve_the_device_falls_back_with_a_warning(monkeypatch):
     monkeypatch.setitem(BACKENDS.backends, "cuda-only",
                         replace(BACKENDS.get("torch"), name="cuda-only", devices=("cuda",)))

@@ -2,7 +2,6 @@
 composition of the reference casts), delayed scaling updates its state without a host sync, and
 the layer behaves like nn.Linear (shapes, bias, frozen weights, autocast, reuse, meta)."""
 import copy
-from dataclasses import replace
 
 import pytest
 import torch
@@ -12,7 +11,7 @@ from torch import nn
 import lowbit
 from lowbit.convert import FORMATS, recipe_for
 from lowbit.dtypes import FP4Tensor, FP8Tensor
-from lowbit.kernels import BACKENDS, quantize_fp4, scaled_mm
+from lowbit.kernels import quantize_fp4, scaled_mm
 from lowbit.nn import Linear, TransposedLinear
 from lowbit.nn.ops import sr_draws
 from lowbit.scaling import MX, NV, Blockwise, Current, Delayed, Rowwise
@@ -346,8 +345,7 @@ def test_empty_batch_forward_backward_every_format(fmt, backend, monkeypatch):
     layer = Linear.from_float(nn.Linear(64, 32), recipe_for(fmt), backend="torch")
     _run(layer, x, dy)  # a real step first: the delayed state holds good scales
     if backend == "triton":
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-        monkeypatch.setitem(BACKENDS.backends, "triton", replace(BACKENDS.get("triton"), devices=("cpu", "cuda")))
+        monkeypatch.setenv("TRITON_INTERPRET", "1")  # the backend serves the CPU by name under it
         layer.backend = "triton"
     before = {r: _role_state(layer, r) for r in ("input", "grad")}
     layer.zero_grad()

@@ -15,7 +15,8 @@ device facts, the interpreter switch, launches).
   for a weight-only GEMM, a malformed bias. CPU tensors run under ``TRITON_INTERPRET=1`` (read at
   call time) when the backend is asked for by name, which is how the tests run the kernels.
 
-Registered with ``devices=("cuda",)``: ``"auto"`` picks it for CUDA tensors only, above ``"torch"``.
+Registered with ``devices=("cuda",)``: ``"auto"`` picks it for CUDA tensors only, above ``"torch"``;
+named, it also serves CPU tensors while ``TRITON_INTERPRET`` is set (``named_devices``).
 ``make_backend(...)`` builds another one (its own plans and autotuners) from other tuning tables,
 for benchmarks' sweeps and A/B runs; ``fast_accum=True`` there makes every tensorwise/rowwise FP8
 GEMM keep one long tensor-core accumulation (no promotion).
@@ -95,13 +96,18 @@ class TritonKernels:
         return run(a, b, bias)
 
 
+def _interpreted_devices() -> tuple:
+    """The CPU while ``TRITON_INTERPRET`` is set (read per call)."""
+    return ("cpu",) if interpreting() else ()
+
+
 def make_backend(name: str = "triton", priority: int = 10, fast_accum: bool = False, cast_tuning=CAST_TUNING,
                  gemm_fp8_tuning=GEMM_FP8_TUNING, gemm_fp4_tuning=GEMM_FP4_TUNING) -> Backend:
     """A Backend running the Triton kernels with these tuning tables (its own plans and
     autotuners); ``fast_accum``: see the module docstring."""
     k = TritonKernels(cast_tuning, gemm_fp8_tuning, gemm_fp4_tuning, fast_accum)
     return Backend(name=name, scaled_mm=k.scaled_mm, supports=k.supports, priority=priority, devices=("cuda",),
-                   fast_accum=True, quantize_fp8=k.fp8_casts.quantize_fp8, quantize_fp8_t=k.fp8_casts.quantize_fp8_t,
+                   named_devices=_interpreted_devices, fast_accum=True, quantize_fp8=k.fp8_casts.quantize_fp8, quantize_fp8_t=k.fp8_casts.quantize_fp8_t,
                    quantize_fp4=k.fp4_casts.quantize_fp4, plan=k.plan)
 
 
