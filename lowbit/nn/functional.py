@@ -21,6 +21,7 @@ Inputs of any rank ``(..., K)`` are flattened to ``(M, K)``.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -142,7 +143,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], 
     if dev in ("cuda", "cpu") and torch.is_autocast_enabled(dev):
         x = x.to(torch.get_autocast_dtype(dev))
     lead, K = x.shape[:-1], x.shape[-1]
-    x2 = x.reshape(-1, K)
+    # (M, K) with M spelled out, as F.linear's decomposition does, not -1: the same view node in
+    # the traced graph, so where a high-precision Linear keeps x for its backward (q/k/v on one
+    # input), the partitioner casts this layer's x^T again from that x instead of keeping it
+    x2 = x.reshape(math.prod(lead), K)
     backend = effective_backend(backend, x.device.type)
     if state.kind == "fp4":
         recipe = state.recipe_key if torch.compiler.is_compiling() else state.recipe  # eager: nothing to decode

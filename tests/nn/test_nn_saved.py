@@ -50,6 +50,29 @@ def test_compiled_tensorwise_graph_keeps_less_than_the_plain_model():
                                           ("torch.float8_e4m3fn", (DIMS[0], TOKENS))]
 
 
+def test_a_plain_sibling_keeps_x_and_the_fp8_layer_casts_from_that_x():
+    """q (converted, tensorwise) and k (kept in high precision, as the size rule keeps a small
+    k_proj) read one 3-D input: k's backward keeps that x, and q casts its x^T again from it
+    instead of keeping an FP8 copy as well (the (M, K) view is F.linear's own view node)."""
+    class Siblings(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k = nn.Linear(DIMS[0], DIMS[1]), nn.Linear(DIMS[0], DIMS[1])
+
+        def forward(self, x):
+            h = torch.nn.functional.gelu(x)  # not a graph input: what the partitioner may recompute
+            return self.q(h) + self.k(h)
+
+    torch.manual_seed(0)
+    m = lowbit.convert(Siblings(), recipe=FORMATS["fp8"](), filter=lambda n, mod: n == "q")
+    saved: list = []
+    torch._dynamo.reset()
+    f = torch.compile(m, backend=saved_backend(saved), fullgraph=True)
+    f(torch.randn(2, TOKENS // 2, DIMS[0], requires_grad=True)).square().mean().backward()
+    big = sorted((str(dtype), shape) for dtype, shape, _ in saved if len(shape) > 1)
+    assert big == [("torch.float32", (TOKENS, DIMS[0]))]  # k's x, and no FP8 x^T of q
+
+
 @pytest.mark.parametrize("role", ["input", "grad"])  # HYBRID: E4M3 and E5M2
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_the_fusible_recast_is_the_kernels_cast_transposed(role, dtype):
@@ -99,6 +122,7 @@ def test_compiled_and_eager_agree_bit_for_bit_on_the_triton_kernels(fmt):
     for compiled in (False, True):
         torch._dynamo.reset()
         m = _model(fmt, backend="triton")
+        assert m[0].backend == m[2].backend == "triton"  # named, it serves the CPU under the interpreter
         f = torch.compile(m, backend="aot_eager", fullgraph=True) if compiled else m
         g = torch.Generator().manual_seed(1)
         out = []
